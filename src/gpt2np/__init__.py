@@ -1,0 +1,30 @@
+"""gpt2np: a pure-NumPy reference implementation of GPT-2 inference.
+
+>>> import gpt2np
+>>> gpt2np.generate("Alan Turing theorized", max_new_tokens=20, temperature=0)
+
+The forward pass reads like the paper: ``layers`` (layernorm, gelu, softmax, linear),
+``attention``, ``block``, ``model``. See README.md and docs/ for the whole tour.
+"""
+
+from __future__ import annotations
+
+from .errors import CheckpointError, DownloadError
+from .hparams import HPARAMS, MODEL_NAMES, HParams
+from .model import GPT2, KVCache, forward
+from .params import init_params
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GPT2",
+    "HPARAMS",
+    "MODEL_NAMES",
+    "CheckpointError",
+    "DownloadError",
+    "HParams",
+    "KVCache",
+    "__version__",
+    "forward",
+    "init_params",
+]

@@ -1,0 +1,79 @@
+"""GPT-2's hyperparameters and the four published sizes (Radford et al., 2019, Table 2)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+__all__ = ["HPARAMS", "MODEL_NAMES", "HParams"]
+
+
+@dataclasses.dataclass(frozen=True)
+class HParams:
+    """The five numbers that fix a GPT-2 model's shapes, named as in OpenAI's hparams.json.
+
+    n_vocab: tokens in the vocabulary (V); n_ctx: longest sequence (positions in wpe);
+    n_embd: width of the residual stream (D); n_head: attention heads (H), D = H * d_head;
+    n_layer: transformer blocks (L).
+    """
+
+    n_vocab: int = 50257
+    n_ctx: int = 1024
+    n_embd: int = 768
+    n_head: int = 12
+    n_layer: int = 12
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"HParams.{field.name} must be an int, got {value!r}")
+            if value <= 0:
+                raise ValueError(f"HParams.{field.name} must be positive, got {value}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+
+    @property
+    def d_head(self) -> int:
+        """Width of one attention head, n_embd // n_head."""
+        return self.n_embd // self.n_head
+
+    @property
+    def n_params(self) -> int:
+        """Number of parameters (the tied head counted once)."""
+        D, L = self.n_embd, self.n_layer
+        per_block = (2 * D) + (D * 3 * D + 3 * D) + (D * D + D) + (2 * D)
+        per_block += (D * 4 * D + 4 * D) + (4 * D * D + D)
+        return self.n_vocab * D + self.n_ctx * D + L * per_block + 2 * D
+
+    def to_dict(self) -> dict[str, int]:
+        """The hparams.json form: {"n_vocab": ..., "n_ctx": ..., ...}."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HParams:
+        """Build from an hparams.json dict; unknown keys are ignored, missing keys are an error."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        missing = [n for n in names if n not in d]
+        if missing:
+            raise ValueError(f"hparams missing {', '.join(missing)}")
+        return cls(**{n: d[n] for n in names})
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike[str]) -> HParams:
+        """Read OpenAI's hparams.json."""
+        with open(path, encoding="utf-8") as f:
+            return cls.from_dict(json.load(f))
+
+
+#: The four sizes OpenAI released, keyed by the name of their download directory.
+HPARAMS: dict[str, HParams] = {
+    "124M": HParams(n_embd=768, n_head=12, n_layer=12),
+    "355M": HParams(n_embd=1024, n_head=16, n_layer=24),
+    "774M": HParams(n_embd=1280, n_head=20, n_layer=36),
+    "1558M": HParams(n_embd=1600, n_head=25, n_layer=48),
+}
+
+MODEL_NAMES = tuple(HPARAMS)

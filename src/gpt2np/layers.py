@@ -1,0 +1,52 @@
+"""The elementwise and linear building blocks of GPT-2, each a few lines with its equation.
+
+These follow OpenAI's ``src/model.py`` (``norm``, ``gelu``, ``softmax``, ``conv1d``) exactly, so
+that the numbers match the released graph. All functions are pure and broadcast over any
+leading axes ``[...]``; the dtype of the input is kept (float32 in, float32 out).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["gelu", "layernorm", "linear", "softmax"]
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """Gaussian Error Linear Unit in the tanh form GPT-2 was trained with.
+
+    gelu(x) = 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))        [...] -> [...]
+    """
+    return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """softmax(x)_i = exp(x_i - max x) / Σ_j exp(x_j - max x) along ``axis``.   [...] -> [...]
+
+    Subtracting the maximum changes nothing mathematically and keeps exp from overflowing.
+    """
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def layernorm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    """Layer normalisation over the last axis (Ba et al., 2016).
+
+    μ = mean(x), σ² = mean((x - μ)²)  (the biased variance)
+    y = g · (x - μ) / √(σ² + ε) + b,  ε = 1e-5                    [..., D] -> [..., D]
+    """
+    mean = np.mean(x, axis=-1, keepdims=True)
+    variance = np.mean(np.square(x - mean), axis=-1, keepdims=True)
+    return g * (x - mean) / np.sqrt(variance + eps) + b
+
+
+def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The affine map GPT-2 calls conv1d: y = x · w + b.       [..., n_in] -> [..., n_out]
+
+    ``w`` is stored ``[n_in, n_out]`` as in the checkpoint (no transpose needed).
+    """
+    return x @ w + b

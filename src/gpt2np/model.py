@@ -1,0 +1,296 @@
+"""The GPT-2 language model: embeddings, L blocks, final LayerNorm and the tied head.
+
+    h_0 = wte[ids] + wpe[T_past + t]                        token + position embeddings
+    h_l = block_l(h_{l-1})          for l = 1 … L           see block.py
+    logits = ln_f(h_L) · wteᵀ                                the head shares wte ("tied")
+
+This follows OpenAI's ``src/model.py`` (``model()``, ``positions_for``, ``past_shape``).
+:func:`forward` is the pure function (params in, arrays out); :class:`GPT2` bundles params,
+hparams and a tokenizer, and checks its arguments. :class:`KVCache` is the preallocated cache
+that generation writes in place.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from .attention import LayerCache
+from .block import block
+from .hparams import HParams
+from .layers import layernorm
+from .params import Params, cast_params, check_params
+
+__all__ = ["GPT2", "KVCache", "embed", "forward", "head", "past_shape", "transformer"]
+
+
+def past_shape(hparams: HParams, batch: int, T_past: int) -> tuple[int, ...]:
+    """The layout of ``past`` and ``present``: [B, L, 2, H, T, Dh] (2 = keys, values)."""
+    return (batch, hparams.n_layer, 2, hparams.n_head, T_past, hparams.d_head)
+
+
+def embed(wte: np.ndarray, wpe: np.ndarray, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """Token plus position embedding: wte[ids] + wpe[positions].
+
+    ids [B, T], positions [B, T] or [T]  ->  [B, T, D]
+    """
+    return wte[ids] + wpe[positions]
+
+
+def head(h: np.ndarray, wte: np.ndarray) -> np.ndarray:
+    """The tied output head: logits = h · wteᵀ.        [B, T, D] @ [D, V] -> [B, T, V]
+
+    ``wte.T`` is a view, so no transposed copy of the embedding matrix is made.
+    """
+    return h @ wte.T
+
+
+def transformer(
+    params: Params,
+    n_head: int,
+    ids: np.ndarray,
+    positions: np.ndarray,
+    pasts: list[Any],
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Embeddings, the L blocks and ln_f, without the head.
+
+    ids [B, T], positions [B, T] or [T], pasts: one per layer (None, [B, 2, H, T_past, Dh], or
+    a LayerCache)  ->  (h [B, T, D], presents: L x [B, 2, H, T, Dh])
+    """
+    x = embed(params["wte"], params["wpe"], ids, positions)  # [B, T, D]
+    presents = []
+    for block_params, past in zip(params["blocks"], pasts):
+        x, present = block(x, **block_params, n_head=n_head, past=past)  # [B, T, D]
+        presents.append(present)
+    return layernorm(x, **params["ln_f"]), presents  # [B, T, D]
+
+
+def forward(
+    params: Params, hparams: HParams, ids: np.ndarray, past: Optional[np.ndarray] = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """GPT-2's forward pass exactly as OpenAI's graph computes it (arguments are not checked;
+    :meth:`GPT2.forward` is the checked entry point).
+
+    ids int [B, T]; past [B, L, 2, H, T_past, Dh] or None
+    ->  (logits [B, T, V], present [B, L, 2, H, T, Dh], the new tokens' keys and values)
+    """
+    T_past = 0 if past is None else past.shape[-2]
+    positions = T_past + np.arange(ids.shape[1])  # [T]; OpenAI's positions_for
+    pasts = [None] * hparams.n_layer if past is None else list(past.swapaxes(0, 1))
+    h, presents = transformer(params, hparams.n_head, ids, positions, pasts)
+    logits = head(h, params["wte"])  # [B, T, V]
+    return logits, np.stack(presents, axis=1)  # L x [B, 2, H, T, Dh] -> [B, L, 2, H, T, Dh]
+
+
+class KVCache:
+    """Keys and values of every layer in one preallocated buffer, for generation.
+
+    ``kv`` is [L, B, 2, H, max_len, Dh]. ``length`` positions are filled; a forward pass with this
+    cache writes its new tokens' keys and values in place and advances ``length``, so a decode
+    step never copies the cache. ``pad`` [B] is the number of left-padding tokens in each row of a
+    ragged batch: those keys are masked out and the row's positions start at 0 after them.
+    """
+
+    def __init__(
+        self,
+        hparams: HParams,
+        batch: int,
+        max_len: Optional[int] = None,
+        dtype: np.dtype | type = np.float32,
+        pad: Optional[np.ndarray] = None,
+    ) -> None:
+        max_len = hparams.n_ctx if max_len is None else int(max_len)
+        if not 0 < max_len <= hparams.n_ctx:
+            raise ValueError(f"max_len must be in [1, n_ctx={hparams.n_ctx}], got {max_len}")
+        if batch <= 0:
+            raise ValueError(f"batch must be positive, got {batch}")
+        self.hparams = hparams
+        self.max_len = max_len
+        self.kv = np.zeros(
+            (hparams.n_layer, batch, 2, hparams.n_head, max_len, hparams.d_head), dtype=dtype
+        )
+        self.length = 0
+        self.pad = np.zeros(batch, dtype=np.int64) if pad is None else np.asarray(pad, np.int64)
+        if self.pad.shape != (batch,) or (self.pad < 0).any():
+            raise ValueError(f"pad must be {batch} non-negative ints, got {pad!r}")
+        # [B, max_len]: False for a row's left padding, which no query may attend to.
+        self.key_mask = None if not self.pad.any() else np.arange(max_len) >= self.pad[:, None]
+
+    @property
+    def batch(self) -> int:
+        return self.kv.shape[1]
+
+    def positions(self, T: int) -> np.ndarray:
+        """Positions of the next T tokens of each row: [B, T] (or [T] without padding)."""
+        t = self.length + np.arange(T)
+        if self.key_mask is None:
+            return t
+        return np.maximum(t[None, :] - self.pad[:, None], 0)
+
+    def layers(self) -> list[LayerCache]:
+        """One in-place view per layer, starting at the current length."""
+        return [LayerCache(kv, self.length, self.key_mask) for kv in self.kv]
+
+    def present(self) -> np.ndarray:
+        """What is stored so far, in the functional layout [B, L, 2, H, length, Dh] (a copy)."""
+        return self.kv[..., : self.length, :].transpose(1, 0, 2, 3, 4, 5).copy()
+
+
+def forward_cached(
+    params: Params, hparams: HParams, ids: np.ndarray, cache: KVCache, last_only: bool = False
+) -> np.ndarray:
+    """The same forward pass with the keys and values kept in ``cache`` (written in place).
+
+    ids [B, T]  ->  logits [B, T, V], or [B, 1, V] for the last position only when
+    ``last_only`` (what sampling needs; skips the head for every other position).
+    """
+    T = ids.shape[1]
+    if cache.length + T > cache.max_len:
+        raise ValueError(
+            f"cache holds {cache.length} of {cache.max_len} positions; {T} more do not fit"
+        )
+    h, _ = transformer(params, hparams.n_head, ids, cache.positions(T), cache.layers())
+    cache.length += T
+    if last_only:
+        h = h[:, -1:]  # [B, 1, D]
+    return head(h, params["wte"])
+
+
+class GPT2:
+    """A GPT-2 model: hyperparameters, parameters and (optionally) a tokenizer.
+
+    >>> model = GPT2(hparams, params)
+    >>> logits, present = model.forward([[464, 3290]])   # [1, 2, V], [1, L, 2, H, 2, Dh]
+    """
+
+    def __init__(
+        self,
+        hparams: HParams,
+        params: Params,
+        tokenizer: Any = None,
+        dtype: np.dtype | type | None = None,
+    ) -> None:
+        if not isinstance(hparams, HParams):
+            raise TypeError(f"hparams must be an HParams, got {type(hparams).__name__}")
+        check_params(params, hparams)
+        if dtype is not None:
+            params = cast_params(params, dtype)
+        dtypes = {a.dtype for a in _leaves(params)}
+        if len(dtypes) != 1:
+            raise TypeError(f"params mix dtypes {sorted(map(str, dtypes))}; pass dtype= to cast")
+        self.hparams = hparams
+        self.params = params
+        self._tokenizer = tokenizer
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The floating dtype the weights and every computation use."""
+        return self.params["wte"].dtype
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer given at construction, else GPT-2's bundled one (loaded on first use)."""
+        if self._tokenizer is None:
+            if self.hparams.n_vocab != 50257:
+                raise ValueError(
+                    f"this model has n_vocab={self.hparams.n_vocab}, not GPT-2's 50257; "
+                    "pass tokenizer= to GPT2() to use text"
+                )
+            from .tokenizer import Tokenizer
+
+            self._tokenizer = Tokenizer()
+        return self._tokenizer
+
+    def astype(self, dtype: np.dtype | type) -> GPT2:
+        """The same model with every weight cast to ``dtype`` (e.g. np.float64)."""
+        return GPT2(self.hparams, self.params, self._tokenizer, dtype=dtype)
+
+    def forward(self, ids: Any, past: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+        """Logits of every position, and the new tokens' keys and values.
+
+        ids: integers [B, T], or [T] for one sequence. past: an earlier ``present`` (or several
+        concatenated on axis -2) [B, L, 2, H, T_past, Dh], or None.
+        Returns logits [B, T, V] ([T, V] for 1-D ids) and present [B, L, 2, H, T, Dh].
+        """
+        ids2 = self.check_ids(ids)
+        past = self._check_past(past, ids2.shape[0])
+        T_past = 0 if past is None else past.shape[-2]
+        if T_past + ids2.shape[1] > self.hparams.n_ctx:
+            raise ValueError(
+                f"{T_past} past + {ids2.shape[1]} new tokens exceed n_ctx={self.hparams.n_ctx}"
+            )
+        logits, present = forward(self.params, self.hparams, ids2, past)
+        return (logits[0] if np.ndim(ids) == 1 else logits), present
+
+    def forward_cached(self, ids: Any, cache: KVCache, last_only: bool = False) -> np.ndarray:
+        """Forward the next tokens ``ids`` [B, T] through a preallocated :class:`KVCache`,
+        writing their keys and values in place. Returns logits [B, T, V] ([B, 1, V] with
+        ``last_only``)."""
+        ids2 = self.check_ids(ids)
+        if ids2.shape[0] != cache.batch:
+            raise ValueError(f"ids have batch {ids2.shape[0]}, the cache has {cache.batch}")
+        if cache.kv.dtype != self.dtype:
+            raise TypeError(f"cache dtype {cache.kv.dtype} differs from the model's {self.dtype}")
+        return forward_cached(self.params, self.hparams, ids2, cache, last_only)
+
+    def new_cache(self, batch: int = 1, max_len: Optional[int] = None, pad: Any = None) -> KVCache:
+        """An empty :class:`KVCache` of this model's shapes and dtype."""
+        return KVCache(self.hparams, batch, max_len, self.dtype, pad)
+
+    def check_ids(self, ids: Any) -> np.ndarray:
+        """Token ids as an int64 array [B, T], or a ValueError/TypeError saying what is wrong."""
+        if isinstance(ids, (str, bytes)):
+            raise TypeError("ids must be integer token ids; encode text with model.tokenizer")
+        try:
+            arr = np.asarray(ids)
+        except ValueError as e:  # ragged nested lists
+            raise ValueError(f"ids must be a rectangular [T] or [B, T] array: {e}") from None
+        if arr.dtype == object:
+            raise ValueError("ids must be a rectangular [T] or [B, T] array of integers")
+        if arr.size and not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError(f"ids must be integers, got dtype {arr.dtype}")
+        if arr.ndim not in (1, 2):
+            raise ValueError(f"ids must have shape [T] or [B, T], got {arr.ndim} dims {arr.shape}")
+        if arr.size == 0:
+            raise ValueError(f"ids is empty (shape {arr.shape}); give at least one token")
+        bad = (arr < 0) | (arr >= self.hparams.n_vocab)
+        if bad.any():
+            where = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"token id {int(arr[where])} at index {where} is outside "
+                f"[0, {self.hparams.n_vocab})"
+            )
+        return arr.astype(np.int64, copy=False).reshape(-1, arr.shape[-1])
+
+    def _check_past(self, past: Any, batch: int) -> Optional[np.ndarray]:
+        if past is None:
+            return None
+        if not isinstance(past, np.ndarray):
+            raise TypeError(f"past must be a numpy array (an earlier present), got {type(past)}")
+        if past.ndim != 6:
+            raise ValueError(f"past must have 6 dims [B, L, 2, H, T_past, Dh], got {past.shape}")
+        expected = past_shape(self.hparams, batch, past.shape[-2])
+        names = ("batch", "n_layer", "2 (keys, values)", "n_head", "T_past", "d_head")
+        for name, got, want in zip(names, past.shape, expected):
+            if got != want:
+                raise ValueError(
+                    f"past has shape {list(past.shape)}: {name} is {got}, expected {want} "
+                    f"(layout [B, L, 2, H, T_past, Dh] = {list(expected)})"
+                )
+        if not np.issubdtype(past.dtype, np.floating):
+            raise TypeError(f"past must be floating point, got {past.dtype}")
+        return past.astype(self.dtype, copy=False)
+
+    def __repr__(self) -> str:
+        h = self.hparams
+        return (
+            f"GPT2(n_layer={h.n_layer}, n_embd={h.n_embd}, n_head={h.n_head}, "
+            f"n_vocab={h.n_vocab}, n_ctx={h.n_ctx}, dtype={self.dtype})"
+        )
+
+
+def _leaves(params: Params) -> list[np.ndarray]:
+    from .params import flatten
+
+    return list(flatten(params).values())

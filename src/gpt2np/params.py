@@ -1,0 +1,135 @@
+"""The parameter tree: its layout, a shape check, casting, and random weights for tests.
+
+``params`` mirrors the names in OpenAI's checkpoint (``model/h0/attn/c_attn/w`` becomes
+``params["blocks"][0]["attn"]["c_attn"]["w"]``) with the leading 1 of the conv1d weights
+squeezed away, so every weight is ``[n_in, n_out]``::
+
+    {"wte": [V, D], "wpe": [n_ctx, D],
+     "blocks": [{"ln_1": {"g": [D], "b": [D]},
+                 "attn": {"c_attn": {"w": [D, 3D], "b": [3D]}, "c_proj": {"w": [D, D], "b": [D]}},
+                 "ln_2": {"g": [D], "b": [D]},
+                 "mlp": {"c_fc": {"w": [D, 4D], "b": [4D]}, "c_proj": {"w": [4D, D], "b": [D]}}},
+                ... n_layer of them],
+     "ln_f": {"g": [D], "b": [D]}}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Callable
+
+import numpy as np
+
+from .hparams import HParams
+
+__all__ = ["cast_params", "check_params", "expected_shapes", "flatten", "init_params", "unflatten"]
+
+Params = dict[str, Any]
+
+
+def expected_shapes(hparams: HParams) -> dict[str, tuple[int, ...]]:
+    """Every tensor's flat name (``blocks.0.attn.c_attn.w``) and shape for these hparams."""
+    V, C, D, L = hparams.n_vocab, hparams.n_ctx, hparams.n_embd, hparams.n_layer
+    shapes: dict[str, tuple[int, ...]] = {"wte": (V, D), "wpe": (C, D)}
+    for i in range(L):
+        p = f"blocks.{i}."
+        shapes.update(
+            {
+                p + "ln_1.g": (D,), p + "ln_1.b": (D,),
+                p + "attn.c_attn.w": (D, 3 * D), p + "attn.c_attn.b": (3 * D,),
+                p + "attn.c_proj.w": (D, D), p + "attn.c_proj.b": (D,),
+                p + "ln_2.g": (D,), p + "ln_2.b": (D,),
+                p + "mlp.c_fc.w": (D, 4 * D), p + "mlp.c_fc.b": (4 * D,),
+                p + "mlp.c_proj.w": (4 * D, D), p + "mlp.c_proj.b": (D,),
+            }
+        )  # fmt: skip
+    shapes.update({"ln_f.g": (D,), "ln_f.b": (D,)})
+    return shapes
+
+
+def flatten(params: Params) -> dict[str, np.ndarray]:
+    """Nested params -> {"wte": ..., "blocks.0.ln_1.g": ..., ...} in forward order."""
+    return dict(_walk(params, ""))
+
+
+def _walk(node: Any, prefix: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _walk(value, f"{prefix}{key}.")
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            yield from _walk(value, f"{prefix}{i}.")
+    else:
+        yield prefix[:-1], node
+
+
+def unflatten(flat: dict[str, np.ndarray], hparams: HParams) -> Params:
+    """{"blocks.0.ln_1.g": ...} -> nested params; raises KeyError naming a missing tensor."""
+    params: Params = {"blocks": [{} for _ in range(hparams.n_layer)]}
+    for name in expected_shapes(hparams):
+        parts = name.split(".")
+        node: Any = params
+        if parts[0] == "blocks":
+            node = params["blocks"][int(parts[1])]
+            parts = parts[2:]
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = flat[name]
+    return params
+
+
+def check_params(params: Params, hparams: HParams) -> None:
+    """Raise ValueError naming the first tensor that is missing, misshapen or not floating."""
+    if not isinstance(params, dict):
+        raise TypeError(f"params must be a dict, got {type(params).__name__}")
+    blocks = params.get("blocks")
+    if not isinstance(blocks, (list, tuple)) or len(blocks) != hparams.n_layer:
+        n = len(blocks) if isinstance(blocks, (list, tuple)) else "no"
+        raise ValueError(f"params has {n} blocks, hparams.n_layer is {hparams.n_layer}")
+    flat = flatten(params)
+    for name, shape in expected_shapes(hparams).items():
+        if name not in flat:
+            raise ValueError(f"params is missing tensor {name} {list(shape)}")
+        a = flat[name]
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"params tensor {name} is a {type(a).__name__}, not a numpy array")
+        if a.shape != shape:
+            raise ValueError(
+                f"params tensor {name} has shape {list(a.shape)}, expected {list(shape)}"
+            )
+        if not np.issubdtype(a.dtype, np.floating):
+            raise TypeError(f"params tensor {name} has dtype {a.dtype}, expected a float type")
+
+
+def map_params(fn: Callable[[np.ndarray], np.ndarray], params: Params) -> Params:
+    """Apply ``fn`` to every tensor, keeping the nesting."""
+    if isinstance(params, dict):
+        return {k: map_params(fn, v) for k, v in params.items()}
+    if isinstance(params, (list, tuple)):
+        return [map_params(fn, v) for v in params]
+    return fn(params)
+
+
+def cast_params(params: Params, dtype: np.dtype | type) -> Params:
+    """Every tensor as ``dtype``; tensors already of that dtype are shared, not copied."""
+    dtype = np.dtype(dtype)
+    return map_params(lambda a: np.asarray(a, dtype=dtype), params)
+
+
+def init_params(
+    hparams: HParams, seed: int = 0, dtype: np.dtype | type = np.float32, std: float = 0.02
+) -> Params:
+    """Random (untrained) parameters of the right shapes, for tests, examples and benchmarks.
+
+    Weights and biases ~ N(0, std²); LayerNorm gains ~ 1 + N(0, 0.1²). Biases and gains are
+    random rather than 0 and 1 so that tests exercise every tensor.
+    """
+    rng = np.random.default_rng(seed)
+    flat = {}
+    for name, shape in expected_shapes(hparams).items():
+        if name.endswith(".g"):
+            a = 1.0 + 0.1 * rng.standard_normal(shape)
+        else:
+            a = std * rng.standard_normal(shape)
+        flat[name] = a.astype(dtype)
+    return unflatten(flat, hparams)
