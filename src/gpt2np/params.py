@@ -65,12 +65,13 @@ def _walk(node: Any, prefix: str) -> Iterator[tuple[str, Any]]:
 
 def unflatten(flat: dict[str, np.ndarray], hparams: HParams) -> Params:
     """{"blocks.0.ln_1.g": ...} -> nested params; raises KeyError naming a missing tensor."""
-    params: Params = {"blocks": [{} for _ in range(hparams.n_layer)]}
-    for name in expected_shapes(hparams):
+    params: Params = {}
+    for name in expected_shapes(hparams):  # forward order: wte, wpe, blocks, ln_f
         parts = name.split(".")
         node: Any = params
         if parts[0] == "blocks":
-            node = params["blocks"][int(parts[1])]
+            blocks = params.setdefault("blocks", [{} for _ in range(hparams.n_layer)])
+            node = blocks[int(parts[1])]
             parts = parts[2:]
         for part in parts[:-1]:
             node = node.setdefault(part, {})

@@ -1,0 +1,40 @@
+"""Shared fixtures: a small random-weights model and the HF-produced golden fixture."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+import gpt2np
+from gpt2np.params import unflatten
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def tiny_hparams() -> gpt2np.HParams:
+    return gpt2np.HParams(n_vocab=97, n_ctx=32, n_embd=24, n_head=3, n_layer=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_hparams: gpt2np.HParams) -> gpt2np.GPT2:
+    """Random weights; larger than GPT-2's init so that logits differ visibly between tokens."""
+    return gpt2np.GPT2(tiny_hparams, gpt2np.init_params(tiny_hparams, seed=0, std=0.2))
+
+
+@pytest.fixture(scope="session")
+def golden() -> dict[str, np.ndarray]:
+    """tests/fixtures/golden_tiny.npz, written by scripts/make_golden_fixture.py with HF
+    transformers (PyTorch): weights, ids, and HF's logits and presents."""
+    with np.load(FIXTURES / "golden_tiny.npz", allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+@pytest.fixture(scope="session")
+def golden_model(golden: dict[str, np.ndarray]) -> gpt2np.GPT2:
+    hparams = gpt2np.HParams(**json.loads(bytes(golden["hparams"])))
+    flat = {k.removeprefix("param/"): v for k, v in golden.items() if k.startswith("param/")}
+    return gpt2np.GPT2(hparams, unflatten(flat, hparams))

@@ -1,0 +1,58 @@
+"""HParams and the published sizes (Radford et al., 2019, Table 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import gpt2np
+from gpt2np.params import expected_shapes, flatten, init_params, unflatten
+
+
+@pytest.mark.parametrize(
+    "name, layers, width, heads, n_params",
+    [
+        # parameter counts as HF reports num_parameters() for gpt2, gpt2-medium/-large/-xl
+        ("124M", 12, 768, 12, 124_439_808),
+        ("355M", 24, 1024, 16, 354_823_168),
+        ("774M", 36, 1280, 20, 774_030_080),
+        ("1558M", 48, 1600, 25, 1_557_611_200),
+    ],
+)
+def test_published_sizes(name, layers, width, heads, n_params) -> None:
+    h = gpt2np.HPARAMS[name]
+    assert (h.n_layer, h.n_embd, h.n_head, h.n_vocab, h.n_ctx) == (
+        layers,
+        width,
+        heads,
+        50257,
+        1024,
+    )
+    assert h.d_head == 64
+    assert h.n_params == n_params
+    assert sum(int(__import__("math").prod(s)) for s in expected_shapes(h).values()) == n_params
+
+
+def test_from_json_and_errors(tmp_path) -> None:
+    path = tmp_path / "hparams.json"
+    path.write_text(json.dumps({"n_vocab": 50257, "n_ctx": 1024, "n_embd": 768, "n_head": 12,
+                                "n_layer": 12}))  # fmt: skip
+    assert gpt2np.HParams.from_json(path) == gpt2np.HPARAMS["124M"]
+    with pytest.raises(ValueError, match="missing n_layer"):
+        gpt2np.HParams.from_dict({"n_vocab": 1, "n_ctx": 1, "n_embd": 4, "n_head": 1})
+    with pytest.raises(ValueError, match="divisible"):
+        gpt2np.HParams(n_embd=10, n_head=3)
+    with pytest.raises(ValueError, match="positive"):
+        gpt2np.HParams(n_layer=0)
+    with pytest.raises(TypeError, match="int"):
+        gpt2np.HParams(n_ctx=10.5)
+
+
+def test_flatten_unflatten_round_trip() -> None:
+    h = gpt2np.HParams(n_vocab=10, n_ctx=8, n_embd=8, n_head=2, n_layer=2)
+    params = init_params(h)
+    flat = flatten(params)
+    assert list(flat) == list(expected_shapes(h))  # forward order
+    assert flatten(unflatten(flat, h)).keys() == flat.keys()
+    assert {k: v.shape for k, v in flat.items()} == expected_shapes(h)
