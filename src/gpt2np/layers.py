@@ -21,7 +21,8 @@ def gelu(x: np.ndarray) -> np.ndarray:
 
     gelu(x) = 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))        [...] -> [...]
     """
-    return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+    # x * x * x rather than x**3: NumPy's general power is ~10x slower than two multiplies
+    return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -49,4 +50,7 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     ``w`` is stored ``[n_in, n_out]`` as in the checkpoint (no transpose needed).
     """
-    return x @ w + b
+    # One [N, n_in] @ [n_in, n_out] product over all leading axes: on [B, T, n_in] NumPy's
+    # matmul would run B separate products, reading w from memory B times.
+    y = x.reshape(-1, x.shape[-1]) @ w + b
+    return y.reshape(*x.shape[:-1], w.shape[-1])

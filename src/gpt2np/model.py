@@ -41,9 +41,11 @@ def embed(wte: np.ndarray, wpe: np.ndarray, ids: np.ndarray, positions: np.ndarr
 def head(h: np.ndarray, wte: np.ndarray) -> np.ndarray:
     """The tied output head: logits = h · wteᵀ.        [B, T, D] @ [D, V] -> [B, T, V]
 
-    ``wte.T`` is a view, so no transposed copy of the embedding matrix is made.
+    ``wte.T`` is a view, so no transposed copy of the embedding matrix is made; the leading axes
+    are flattened so that wte is read once, not once per batch row.
     """
-    return h @ wte.T
+    logits = h.reshape(-1, h.shape[-1]) @ wte.T  # [B*T, D] @ [D, V] -> [B*T, V]
+    return logits.reshape(*h.shape[:-1], wte.shape[0])
 
 
 def transformer(
