@@ -1,0 +1,272 @@
+"""Every intermediate of GPT-2's forward pass, under a stable name: the teaching view.
+
+:func:`trace` runs the same forward pass as :func:`gpt2np.model.forward`, re-composed step by step
+from the same public building blocks (``layers.layernorm/gelu/softmax/linear``,
+``attention.split_heads/merge_heads/causal_mask``, ``model.embed/head``) in the same order, and
+records each intermediate. The plain forward pass is untouched and pays nothing for it.
+
+Names follow the checkpoint (``h{i}``, ``ln_1``, ``attn``, ``c_attn``, ``c_proj``, ``mlp``,
+``c_fc``, ``ln_f``) and the paper. In forward order, with B batch, T new tokens, T_past cached
+tokens, S = T_past + T keys, D = n_embd, H = n_head, Dh = D / H, V = n_vocab::
+
+    embed.tokens      [B, T, D]     wte[ids]
+    embed.positions   [B, T, D]     wpe[T_past + t] (the same for every row of the batch)
+    embed.sum         [B, T, D]     x_0 = embed.tokens + embed.positions
+    h{i}.ln_1         [B, T, D]     layernorm(x, ln_1)
+    h{i}.attn.qkv     [B, T, 3D]    ln_1 · W_c_attn + b          (q, k, v side by side)
+    h{i}.attn.q       [B, H, T, Dh] the queries of the new tokens
+    h{i}.attn.k       [B, H, T, Dh] the keys of the new tokens    (= present[:, i, 0])
+    h{i}.attn.v       [B, H, T, Dh] the values of the new tokens  (= present[:, i, 1])
+    h{i}.attn.scores  [B, H, T, S]  q · kᵀ / √Dh over past and new keys, before the mask
+    h{i}.attn.probs   [B, H, T, S]  softmax(scores with masked keys set to -1e10)
+    h{i}.attn.merged  [B, T, D]     the heads' probs · v, concatenated
+    h{i}.attn.c_proj  [B, T, D]     merged · W_c_proj + b         (the attention sub-block's output)
+    h{i}.resid_mid    [B, T, D]     x + attn.c_proj               (the residual stream mid-block)
+    h{i}.ln_2         [B, T, D]     layernorm(resid_mid, ln_2)
+    h{i}.mlp.c_fc     [B, T, 4D]    ln_2 · W_c_fc + b
+    h{i}.mlp.gelu     [B, T, 4D]    gelu(mlp.c_fc)
+    h{i}.mlp.c_proj   [B, T, D]     mlp.gelu · W_c_proj + b       (the MLP sub-block's output)
+    h{i}.out          [B, T, D]     resid_mid + mlp.c_proj        (the block's output, x_{i+1})
+    ln_f              [B, T, D]     layernorm(h{L-1}.out, ln_f)
+    logits            [B, T, V]     ln_f · wteᵀ
+
+Every tensor keeps the batch axis, also for 1-D ids. With a ``past``, ``attn.k``/``attn.v`` are
+the new tokens' keys and values only (what ``present`` holds); the keys the scores use are
+``past[:, i, 0]`` followed by ``attn.k``, which is why ``scores`` and ``probs`` have S columns.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from .attention import MASKED_SCORE, causal_mask, merge_heads, split_heads
+from .hparams import HParams
+from .layers import gelu, layernorm, linear, softmax
+from .model import GPT2, embed, head
+
+__all__ = ["Trace", "tensor_names", "tensor_shapes", "trace"]
+
+Names = Union[str, Iterable[str], None]
+
+# One block's tensors in forward order, with their shapes in the symbols of the module docstring.
+_BLOCK_TENSORS = (
+    ("ln_1", "B T D"),
+    ("attn.qkv", "B T 3D"),
+    ("attn.q", "B H T Dh"),
+    ("attn.k", "B H T Dh"),
+    ("attn.v", "B H T Dh"),
+    ("attn.scores", "B H T S"),
+    ("attn.probs", "B H T S"),
+    ("attn.merged", "B T D"),
+    ("attn.c_proj", "B T D"),
+    ("resid_mid", "B T D"),
+    ("ln_2", "B T D"),
+    ("mlp.c_fc", "B T 4D"),
+    ("mlp.gelu", "B T 4D"),
+    ("mlp.c_proj", "B T D"),
+    ("out", "B T D"),
+)
+_EMBED_TENSORS = (("embed.tokens", "B T D"), ("embed.positions", "B T D"), ("embed.sum", "B T D"))
+_FINAL_TENSORS = (("ln_f", "B T D"), ("logits", "B T V"))
+
+
+def _symbolic_shapes(n_layer: int) -> dict[str, str]:
+    shapes = dict(_EMBED_TENSORS)
+    for i in range(n_layer):
+        shapes.update((f"h{i}.{name}", shape) for name, shape in _BLOCK_TENSORS)
+    shapes.update(_FINAL_TENSORS)
+    return shapes
+
+
+def tensor_names(n_layer: int) -> list[str]:
+    """Every traced name in forward order: embed.*, then h0.* … h{L-1}.*, then ln_f, logits."""
+    return list(_symbolic_shapes(n_layer))
+
+
+def tensor_shapes(
+    hparams: HParams, batch: int, T: int, T_past: int = 0
+) -> dict[str, tuple[int, ...]]:
+    """The shape of every traced tensor, in forward order, for ``batch`` rows of ``T`` new tokens
+    after ``T_past`` cached ones."""
+    D = hparams.n_embd
+    sizes = {"B": batch, "T": T, "S": T_past + T, "D": D, "3D": 3 * D, "4D": 4 * D}
+    sizes.update({"H": hparams.n_head, "Dh": hparams.d_head, "V": hparams.n_vocab})
+    return {
+        name: tuple(sizes[s] for s in shape.split())
+        for name, shape in _symbolic_shapes(hparams.n_layer).items()
+    }
+
+
+class Trace(Mapping):
+    """The traced intermediates: an ordered, read-only mapping name -> ndarray in forward order.
+
+    ``.logits`` [B, T, V] and ``.present`` [B, L, 2, H, T, Dh] are always there (equal to what
+    ``model.forward`` returns for 2-D ids), even when ``names`` kept only a few tensors;
+    ``.ids`` is the int64 [B, T] input and ``.T_past`` the length of the past it continued.
+    """
+
+    def __init__(
+        self,
+        tensors: dict[str, np.ndarray],
+        logits: np.ndarray,
+        present: np.ndarray,
+        ids: np.ndarray,
+        T_past: int = 0,
+    ) -> None:
+        self._tensors = tensors
+        self.logits = logits
+        self.present = present
+        self.ids = ids
+        self.T_past = T_past
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise KeyError(
+                f"no tensor {name!r} in this trace (it holds {len(self)}: "
+                f"{_preview(list(self._tensors))}); see gpt2np.trace.tensor_names"
+            ) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """{name: shape} in forward order."""
+        return {name: a.shape for name, a in self._tensors.items()}
+
+    def __repr__(self) -> str:
+        return f"Trace({len(self)} tensors, ids {list(self.ids.shape)}, T_past {self.T_past})"
+
+
+def trace(model: GPT2, ids: Any, past: Optional[np.ndarray] = None, names: Names = None) -> Trace:
+    """Run ``model``'s forward pass on ``ids`` and return every intermediate by name.
+
+    ids: integers [B, T] or [T]; past: an earlier ``present`` [B, L, 2, H, T_past, Dh] or None
+    (checked exactly as :meth:`GPT2.forward` checks them). names: None for every tensor, or one
+    glob or a list of globs (``fnmatch``, e.g. ``"h11.*"``, ``"*.attn.probs"``, ``"logits"``)
+    to keep only the matching tensors and save memory; a glob that matches no name is an error.
+
+    The result's logits and present equal ``model.forward``'s bit for bit: the same NumPy
+    operations run in the same order on the same arrays.
+    """
+    ids = model.check_ids(ids)
+    past = model._check_past(past, ids.shape[0])
+    T_past = 0 if past is None else past.shape[-2]
+    hp = model.hparams
+    if T_past + ids.shape[1] > hp.n_ctx:
+        raise ValueError(f"{T_past} past + {ids.shape[1]} new tokens exceed n_ctx={hp.n_ctx}")
+    record = _Recorder(_select(names, hp.n_layer))
+    p = model.params
+
+    positions = T_past + np.arange(ids.shape[1])  # [T]; OpenAI's positions_for
+    record("embed.tokens", p["wte"][ids])  # [B, T, D]
+    record("embed.positions", np.broadcast_to(p["wpe"][positions], (*ids.shape, hp.n_embd)))
+    x = record("embed.sum", embed(p["wte"], p["wpe"], ids, positions))  # [B, T, D]
+
+    presents = []
+    for i, block_params in enumerate(p["blocks"]):
+        past_i = None if past is None else past[:, i]  # [B, 2, H, T_past, Dh]
+        x, present = _block(record, f"h{i}.", x, block_params, hp.n_head, past_i)
+        presents.append(present)
+
+    h = record("ln_f", layernorm(x, **p["ln_f"]))  # [B, T, D]
+    logits = record("logits", head(h, p["wte"]))  # [B, T, V]
+    return Trace(record.tensors, logits, np.stack(presents, axis=1), ids, T_past)
+
+
+def _block(
+    record: _Recorder,
+    prefix: str,
+    x: np.ndarray,
+    params: dict[str, Any],
+    n_head: int,
+    past: Optional[np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """block.block, step by step: x + attn(ln_1(x)), then + mlp(ln_2(x)).  [B, T, D] -> [B, T, D]"""
+    a = record(prefix + "ln_1", layernorm(x, **params["ln_1"]))
+    a, present = _attention(record, prefix + "attn.", a, **params["attn"], n_head=n_head, past=past)
+    x = record(prefix + "resid_mid", x + a)  # [B, T, D]
+    m = record(prefix + "ln_2", layernorm(x, **params["ln_2"]))
+    m = record(prefix + "mlp.c_fc", linear(m, **params["mlp"]["c_fc"]))  # [B, T, 4D]
+    m = record(prefix + "mlp.gelu", gelu(m))
+    m = record(prefix + "mlp.c_proj", linear(m, **params["mlp"]["c_proj"]))  # [B, T, D]
+    return record(prefix + "out", x + m), present
+
+
+def _attention(
+    record: _Recorder,
+    prefix: str,
+    x: np.ndarray,
+    c_attn: dict[str, np.ndarray],
+    c_proj: dict[str, np.ndarray],
+    n_head: int,
+    past: Optional[np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """attention.attention and attention.attend, step by step.
+    x [B, T, D], past [B, 2, H, T_past, Dh] or None -> (out [B, T, D], present [B, 2, H, T, Dh])"""
+    qkv = record(prefix + "qkv", linear(x, **c_attn))  # [B, T, 3D]
+    q, k, v = (split_heads(a, n_head) for a in np.split(qkv, 3, axis=-1))  # 3 x [B, H, T, Dh]
+    record(prefix + "q", q)
+    record(prefix + "k", k)
+    record(prefix + "v", v)
+    present = np.stack([k, v], axis=1)  # [B, 2, H, T, Dh]
+    T_past = 0
+    if past is not None:
+        T_past = past.shape[-2]
+        k = np.concatenate([past[:, 0], k], axis=-2)  # [B, H, S, Dh]
+        v = np.concatenate([past[:, 1], v], axis=-2)
+
+    scale = 1.0 / math.sqrt(q.shape[-1])  # a Python float keeps float32 as float32
+    scores = record(prefix + "scores", (q @ k.swapaxes(-1, -2)) * scale)  # [B, H, T, S]
+    mask = causal_mask(q.shape[-2], T_past)  # [T, S]
+    masked = np.where(mask, scores, np.asarray(MASKED_SCORE, dtype=scores.dtype))
+    probs = record(prefix + "probs", softmax(masked))  # [B, H, T, S]
+    merged = record(prefix + "merged", merge_heads(probs @ v))  # [B, H, T, Dh] -> [B, T, D]
+    return record(prefix + "c_proj", linear(merged, **c_proj)), present
+
+
+class _Recorder:
+    """Keeps the tensors whose names were selected; returns every value unchanged."""
+
+    def __init__(self, keep: set[str]) -> None:
+        self.keep = keep
+        self.tensors: dict[str, np.ndarray] = {}
+
+    def __call__(self, name: str, value: np.ndarray) -> np.ndarray:
+        if name in self.keep:
+            self.tensors[name] = value
+        return value
+
+
+def _select(names: Names, n_layer: int) -> set[str]:
+    """The set of traced names matching the globs in ``names`` (all of them for None)."""
+    every = tensor_names(n_layer)
+    if names is None:
+        return set(every)
+    patterns = [names] if isinstance(names, str) else list(names)
+    keep: set[str] = set()
+    for pattern in patterns:
+        if not isinstance(pattern, str):
+            raise TypeError(f"names must be glob strings, got {pattern!r}")
+        matched = [name for name in every if fnmatch.fnmatchcase(name, pattern)]
+        if not matched:
+            raise ValueError(
+                f"names pattern {pattern!r} matches no traced tensor; names look like "
+                f"{_preview(every)}"
+            )
+        keep.update(matched)
+    return keep
+
+
+def _preview(names: list[str], n: int = 6) -> str:
+    shown = ", ".join(names[:n])
+    return shown + (f", … ({len(names) - n} more)" if len(names) > n else "")
