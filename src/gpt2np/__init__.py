@@ -9,10 +9,12 @@ The forward pass reads like the paper: ``layers`` (layernorm, gelu, softmax, lin
 
 from __future__ import annotations
 
+from .download import download
 from .errors import CheckpointError, DownloadError
 from .hparams import HPARAMS, MODEL_NAMES, HParams
 from .model import GPT2, KVCache, forward
 from .params import init_params
+from .tokenizer import Tokenizer
 
 __version__ = "0.1.0"
 
@@ -24,7 +26,9 @@ __all__ = [
     "DownloadError",
     "HParams",
     "KVCache",
+    "Tokenizer",
     "__version__",
+    "download",
     "forward",
     "init_params",
 ]
