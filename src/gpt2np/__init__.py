@@ -9,6 +9,7 @@ The forward pass reads like the paper: ``layers`` (layernorm, gelu, softmax, lin
 
 from __future__ import annotations
 
+from .checkpoint import save
 from .download import download
 from .errors import CheckpointError, DownloadError
 from .hparams import HPARAMS, MODEL_NAMES, HParams
@@ -31,4 +32,5 @@ __all__ = [
     "download",
     "forward",
     "init_params",
+    "save",
 ]

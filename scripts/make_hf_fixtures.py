@@ -1,0 +1,57 @@
+"""Write the HF safetensors fixture under tests/fixtures/hf/ with transformers itself.
+
+Run with:  /work/venv/bin/python scripts/make_hf_fixtures.py
+
+``small/`` is ``GPT2LMHeadModel(GPT2Config(small)).save_pretrained(dir, safe_serialization=True)``
+with random weights (config.json + model.safetensors, keys exactly as this transformers version
+writes them; lm_head is tied and therefore not stored). ``expected.npz`` holds the
+torch model's state_dict exported with NumPy (HF names, including the tied lm_head.weight),
+and ``logits.npz`` the logits torch computes for a few token ids, so the load can be checked
+end to end without torch.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "hf")
+
+
+def main() -> None:
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=96,
+        n_positions=16,
+        n_embd=16,
+        n_layer=2,
+        n_head=2,
+        bos_token_id=95,
+        eos_token_id=95,
+    )
+    model = GPT2LMHeadModel(config).eval()
+    with torch.no_grad():  # random biases and LayerNorm gains too, so every tensor matters
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or ".ln_" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    out = os.path.join(OUT, "small")
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    model.save_pretrained(out, safe_serialization=True)
+    for extra in os.listdir(out):  # keep only what the test needs
+        if extra not in ("config.json", "model.safetensors"):
+            os.remove(os.path.join(out, extra))
+    state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    np.savez(os.path.join(out, "expected.npz"), **state)
+    ids = np.array([[3, 1, 4, 1, 5, 9, 2, 6], [5, 3, 5, 8, 9, 7, 9, 3]])
+    with torch.no_grad():
+        logits = model(torch.from_numpy(ids)).logits.numpy()
+    np.savez(os.path.join(out, "logits.npz"), ids=ids, logits=logits)
+
+
+if __name__ == "__main__":
+    main()

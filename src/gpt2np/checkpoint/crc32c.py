@@ -1,0 +1,198 @@
+"""CRC-32C (Castagnoli) in NumPy, fast enough to verify a 500 MB checkpoint in about a second.
+
+CRC-32C is the reflected CRC with polynomial 0x82F63B78, initial value and final XOR 0xFFFFFFFF
+(RFC 3720, appendix B.4). TensorFlow and LevelDB store it *masked*:
+``mask(c) = ((c >> 15) | (c << 17)) + 0xA282EAD8 (mod 2**32)``.
+
+A byte-at-a-time loop in Python runs at ~1 MB/s. Instead we use that the CRC without its initial
+value and final XOR (the "raw" CRC) is linear over GF(2):
+
+    raw(A ‖ B) = shift_|B|(raw(A)) ⊕ raw(B)
+
+where ``shift_n`` (feeding n zero bytes through the register) is a linear map on 32 bits, which
+we build by squaring its matrix and apply to a whole vector with table lookups. The message is
+laid out as rows of K little-endian 32-bit words; "lane" k holds the words in column k, which
+are 4K bytes apart. All K lanes advance in lockstep, one contiguous row per step:
+``u ← shift_4K(u) ⊕ row`` (two lookups in 64 Ki-entry tables). The K lane states then form a
+short message of their own whose raw CRC is the raw CRC of the whole (see
+:func:`_raw_interleaved`). Finally ``crc = raw(M) ⊕ shift_|M|(0xFFFFFFFF) ⊕ 0xFFFFFFFF``.
+Large inputs are split between threads (NumPy's lookups release the GIL) and recombined.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+__all__ = ["crc32c", "mask", "unmask"]
+
+POLY = 0x82F63B78  # CRC-32C, bit-reflected
+_MASK_DELTA = 0xA282EAD8
+_U32 = 0xFFFFFFFF
+
+
+def mask(crc: int) -> int:
+    """LevelDB/TensorFlow's masked CRC: rotate right by 15 bits, then add a constant."""
+    return ((((crc >> 15) | (crc << 17)) & _U32) + _MASK_DELTA) & _U32
+
+
+def unmask(masked: int) -> int:
+    """Inverse of :func:`mask`."""
+    rot = (masked - _MASK_DELTA) & _U32
+    return ((rot >> 17) | (rot << 15)) & _U32
+
+
+@functools.cache
+def _byte_tables() -> np.ndarray:
+    """T[k][v] = raw CRC of byte v followed by k zero bytes, k = 0..3: [4, 256] uint32."""
+    crc = np.arange(256, dtype=np.uint32)
+    for _ in range(8):  # the classic table: one byte through the shift register
+        crc = np.where(crc & 1, (crc >> 1) ^ np.uint32(POLY), crc >> 1).astype(np.uint32)
+    tables = [crc]
+    for _ in range(3):  # one more zero byte: t' = T0[t & 0xff] ^ (t >> 8)
+        t = tables[-1]
+        tables.append(crc[t & 0xFF] ^ (t >> 8))
+    return np.stack(tables)
+
+
+def _apply(matrix: np.ndarray, vec: np.ndarray) -> np.ndarray:
+    """A GF(2) 32×32 matrix (its 32 columns as uint32) times each uint32 in ``vec``."""
+    out = np.zeros_like(vec)
+    for bit in range(32):
+        out ^= np.where((vec >> np.uint32(bit)) & 1, matrix[bit], np.uint32(0)).astype(np.uint32)
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _shift_matrix(nbytes: int) -> np.ndarray:
+    """Columns of the linear map ``c -> raw CRC state after nbytes zero bytes`` (by squaring)."""
+    one_bit = np.zeros(32, dtype=np.uint32)  # one zero *bit* through the register
+    one_bit[0] = POLY
+    one_bit[1:] = np.uint32(1) << np.arange(31, dtype=np.uint32)
+    result = np.uint32(1) << np.arange(32, dtype=np.uint32)  # identity
+    power = one_bit
+    n = nbytes * 8
+    while n:
+        if n & 1:
+            result = _apply(power, result)
+        power = _apply(power, power)
+        n >>= 1
+    return result
+
+
+@functools.lru_cache(maxsize=64)
+def _shift_tables(nbytes: int) -> np.ndarray:
+    """[4, 256] byte tables of shift_nbytes, so it applies to a vector with four lookups."""
+    cols = _shift_matrix(nbytes)
+    v = np.arange(256, dtype=np.uint32)
+    return np.stack([_apply(cols, v << np.uint32(8 * k)) for k in range(4)])
+
+
+def _shift(crcs: np.ndarray, nbytes: int) -> np.ndarray:
+    """shift_nbytes applied to every element of a uint32 vector."""
+    S = _shift_tables(nbytes)
+    out = S[0][crcs & 0xFF] ^ S[1][(crcs >> 8) & 0xFF]
+    out ^= S[2][(crcs >> 16) & 0xFF] ^ S[3][crcs >> 24]
+    return out
+
+
+def _raw_small(data: np.ndarray, crc: int = 0) -> int:
+    """Raw CRC of fewer than 1024 bytes, one byte at a time."""
+    T0 = _byte_tables()[0]
+    for b in data.tolist():
+        crc = int(T0[(crc ^ b) & 0xFF]) ^ (crc >> 8)
+    return crc
+
+
+@functools.lru_cache(maxsize=32)
+def _shift16_tables(nbytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """shift_nbytes as two 64 Ki-entry tables: shift(u) = LO[u & 0xffff] ⊕ HI[u >> 16]."""
+    cols = _shift_matrix(nbytes)
+    v = np.arange(65536, dtype=np.uint32)
+    return _apply(cols, v), _apply(cols, v << np.uint32(16))
+
+
+_MAX_LANES = 32768  # 128 KiB per row: the row, the state and two tables stay in L2
+
+
+def _lanes_for(n: int) -> int:
+    """A power of two ≤ _MAX_LANES leaving at least 64 rows, so per-step overhead is small."""
+    lanes = 1
+    while lanes * 2 <= _MAX_LANES and lanes * 2 * 4 * 64 <= n:
+        lanes *= 2
+    return lanes
+
+
+def _raw_interleaved(rows: np.ndarray) -> int:
+    """Raw CRC of a message laid out as uint32 words ``rows`` [n, K] (row-major).
+
+    Lane k holds words k, K + k, 2K + k, …, which sit 4K bytes apart. Its state u obeys
+    u ← shift_4K(u) ⊕ w, the same two-lookup step as an ordinary word-at-a-time CRC but with
+    every row contiguous in memory. At the end lane k's words still lie 4(K − k) bytes before
+    the end of the message, so raw(M) = ⊕_k shift_4(K−k)(u_k), which is exactly the raw CRC of
+    the K states read as a message of K words.
+    """
+    K = rows.shape[1]
+    lo, hi = _shift16_tables(4 * K)
+    u = rows[0].copy()
+    for row in rows[1:]:
+        nxt = lo[u & 0xFFFF]
+        nxt ^= hi[u >> 16]
+        nxt ^= row
+        u = nxt
+    return _raw(u.view(np.uint8))
+
+
+def _raw(data: np.ndarray) -> int:
+    """Raw CRC (no initial value, no final XOR) of a contiguous uint8 array."""
+    n = data.size
+    if n < 1024:
+        return _raw_small(data)
+    K = _lanes_for(n)
+    n_rows = n // (4 * K)
+    body = n_rows * 4 * K
+    crc = _raw_interleaved(data[:body].view("<u4").reshape(n_rows, K))
+    tail = data[body:]
+    if tail.size:
+        crc = int(_shift(np.array([crc], np.uint32), tail.size)[0]) ^ _raw(tail)
+    return crc
+
+
+_PARALLEL_MIN = 32 << 20  # below this, threads cost more than they save
+
+
+def _raw_parallel(data: np.ndarray) -> int:
+    """Raw CRC with the message split across threads (NumPy's lookups release the GIL)."""
+    workers = min(os.cpu_count() or 1, 4)
+    if workers < 2 or data.size < _PARALLEL_MIN:
+        return _raw(data)
+    bounds = [data.size * i // workers // 4 * 4 for i in range(workers)] + [data.size]
+    parts = [data[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    with ThreadPoolExecutor(workers) as pool:
+        crcs = list(pool.map(_raw, parts))
+    crc = crcs[0]
+    for part, part_crc in zip(parts[1:], crcs[1:]):
+        crc = int(_shift(np.array([crc], np.uint32), part.size)[0]) ^ part_crc
+    return crc
+
+
+def crc32c(data: bytes | bytearray | memoryview | np.ndarray, crc: int = 0) -> int:
+    """CRC-32C of ``data`` (any buffer; arrays are read as their raw bytes), continuing ``crc``.
+
+    >>> hex(crc32c(b"123456789"))
+    '0xe3069283'
+    """
+    buf = (
+        np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+        if not isinstance(data, np.ndarray)
+        else np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    )
+    if buf.size == 0:
+        return crc
+    # Start state is ~crc; its effect after n bytes is shift_n(~crc), added to the raw CRC.
+    start = np.array([crc ^ _U32], np.uint32)
+    state = int(_shift(start, buf.size)[0]) ^ _raw_parallel(buf)
+    return state ^ _U32

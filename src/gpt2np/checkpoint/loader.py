@@ -1,0 +1,229 @@
+"""``load_dir`` and ``save``: from files on disk to a :class:`~gpt2np.GPT2` and back.
+
+Accepted inputs:
+
+* OpenAI's release directory (``checkpoint``, ``hparams.json``, ``model.ckpt.index``,
+  ``model.ckpt.data-*``, ``encoder.json``, ``vocab.bpe``). The first load converts it into the
+  cache (:mod:`.cache`); later loads memory-map the cached safetensors without copying.
+* HF's layout: ``config.json`` + ``model.safetensors`` (or ``model.safetensors.index.json`` and
+  its shards), or the path of a ``.safetensors`` file with ``config.json`` beside it.
+
+Pickle-based files (``pytorch_model.bin``, ``*.pt``, ``*.pth``, ``*.ckpt``) are refused: loading
+a pickle runs arbitrary code, and a downloaded checkpoint must never be able to do that.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ..errors import CheckpointError
+from ..hparams import HParams
+from ..model import GPT2
+from ..params import flatten, unflatten
+from . import cache
+from .convert import flat_from_hf, flat_from_openai, hf_config, hf_from_flat, hparams_from_hf_config
+from .safetensors import read_safetensors, write_safetensors
+from .tf_bundle import data_path, read_tf_checkpoint, read_tf_index
+
+__all__ = ["load_dir", "save"]
+
+_PICKLE_NAMES = re.compile(r".*\.(bin|pt|pth|pkl|pickle)$|.*\.ckpt$")
+
+
+def _refuse_pickle(path: str) -> CheckpointError:
+    return CheckpointError(
+        f"{path} is a pickle-based PyTorch checkpoint; gpt2np never unpickles files (loading "
+        "one can run arbitrary code). Use the model's model.safetensors, or OpenAI's TF release."
+    )
+
+
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise CheckpointError(f"missing {path}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise CheckpointError(f"cannot read {path}: {e}") from None
+
+
+def _tokenizer(directory: str, encoder: str, merges: str) -> Any:
+    """Tokenizer.from_files on the directory's own vocabulary files, or None without them."""
+    enc, bpe = os.path.join(directory, encoder), os.path.join(directory, merges)
+    if not (os.path.isfile(enc) and os.path.isfile(bpe)):
+        return None
+    from ..tokenizer import Tokenizer
+
+    return Tokenizer.from_files(enc, bpe)
+
+
+def load_dir(
+    path: str | os.PathLike[str],
+    dtype: np.dtype | type | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    use_cache: bool = True,
+) -> GPT2:
+    """Load a GPT-2 from an OpenAI release directory, an HF directory, or a .safetensors file.
+
+    ``dtype`` casts the weights (default: as stored). A TF checkpoint is converted into
+    ``cache_dir`` (default ``$GPT2NP_HOME/cache``) on first load unless ``use_cache=False``.
+    Raises :class:`~gpt2np.CheckpointError` naming the file (and tensor) for bad input.
+    """
+    path = os.fspath(path)
+    if os.path.isfile(path):
+        return _load_file(path, dtype)
+    if not os.path.isdir(path):
+        raise CheckpointError(f"no such checkpoint directory or file: {path}")
+    names = set(os.listdir(path))
+    if not names:
+        raise CheckpointError(f"checkpoint directory {path} is empty")
+    if "checkpoint" in names or any(n.endswith(".index") for n in names):
+        return _load_tf(path, dtype, cache_dir, use_cache)
+    if "model.safetensors" in names or "model.safetensors.index.json" in names:
+        return _load_hf(path, dtype)
+    pickles = sorted(n for n in names if _PICKLE_NAMES.match(n))
+    if pickles:
+        raise _refuse_pickle(os.path.join(path, pickles[0]))
+    raise CheckpointError(
+        f"{path} holds neither OpenAI's TF checkpoint (checkpoint, hparams.json, model.ckpt.*) "
+        f"nor HF's config.json + model.safetensors; it has: {', '.join(sorted(names)[:10])}"
+    )
+
+
+def _load_file(path: str, dtype: Any) -> GPT2:
+    if path.endswith(".safetensors"):
+        return _load_hf(os.path.dirname(path) or ".", dtype, files=[path])
+    if path.endswith(".index"):
+        return _load_tf_prefix(os.path.dirname(path) or ".", path[: -len(".index")], dtype)
+    if _PICKLE_NAMES.match(os.path.basename(path)):
+        raise _refuse_pickle(path)
+    raise CheckpointError(f"{path}: not a checkpoint gpt2np reads (.safetensors or TF .index)")
+
+
+# --- OpenAI's TensorFlow release -------------------------------------------------------------
+
+
+def find_prefix(directory: str) -> str:
+    """The checkpoint prefix named by the directory's ``checkpoint`` file (or its only .index)."""
+    state = os.path.join(directory, "checkpoint")
+    if os.path.isfile(state):
+        with open(state, encoding="utf-8", errors="replace") as f:
+            m = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', f.read(), re.M)
+        if not m:
+            raise CheckpointError(f"{state} names no model_checkpoint_path")
+        named = m.group(1)
+        # Files of a release travel together: prefer the prefix inside this directory, since an
+        # absolute path written on another machine (or another copy) must not be followed.
+        for prefix in (os.path.join(directory, os.path.basename(named)), named):
+            if os.path.isfile(prefix + ".index"):
+                return prefix
+        raise CheckpointError(f"{state} names {named}, but {named}.index is not in {directory}")
+    indexes = sorted(n for n in os.listdir(directory) if n.endswith(".index"))
+    if len(indexes) != 1:
+        raise CheckpointError(f"{directory} has no checkpoint file and {len(indexes)} .index files")
+    return os.path.join(directory, indexes[0][: -len(".index")])
+
+
+def _load_tf(directory: str, dtype: Any, cache_dir: Any, use_cache: bool) -> GPT2:
+    return _load_tf_prefix(directory, find_prefix(directory), dtype, cache_dir, use_cache)
+
+
+def _load_tf_prefix(
+    directory: str, prefix: str, dtype: Any, cache_dir: Any = None, use_cache: bool = True
+) -> GPT2:
+    hparams_path = os.path.join(directory, "hparams.json")
+    hparams = _hparams(hparams_path)
+    tokenizer = _tokenizer(directory, "encoder.json", "vocab.bpe")
+    if use_cache:
+        header, _ = read_tf_index(prefix)
+        shards = [data_path(prefix, i, header.num_shards) for i in range(header.num_shards)]
+        missing = [s for s in shards if not os.path.isfile(s)]
+        if missing:
+            raise CheckpointError(f"missing data file {missing[0]}")
+        root = os.fspath(cache_dir) if cache_dir is not None else cache.default_cache_dir()
+        key = cache.cache_key(prefix + ".index", shards, hparams_path)
+        hit = cache.entry_dir(root, key)
+        if hit:
+            flat = _read_hf_flat(os.path.join(hit, "model.safetensors"), hparams)
+            return GPT2(hparams, unflatten(flat, hparams), tokenizer, dtype=dtype)
+    flat = flat_from_openai(read_tf_checkpoint(prefix), hparams, f"checkpoint {prefix}")
+    if use_cache:
+        try:
+            meta = {"format": "pt", "source": os.path.abspath(prefix), "gpt2np_key": key}
+            cache.write_entry(root, key, hf_from_flat(flat), hf_config(hparams), meta)
+        except OSError as e:  # a read-only or full cache must not stop the load
+            warnings.warn(f"could not write the conversion cache in {root}: {e}", stacklevel=3)
+    return GPT2(hparams, unflatten(flat, hparams), tokenizer, dtype=dtype)
+
+
+def _hparams(path: str) -> HParams:
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} is not a JSON object")
+    try:
+        return HParams.from_dict(data)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+# --- HF safetensors --------------------------------------------------------------------------
+
+
+def _hf_files(directory: str) -> list[str]:
+    single = os.path.join(directory, "model.safetensors")
+    if os.path.isfile(single):
+        return [single]
+    index_path = os.path.join(directory, "model.safetensors.index.json")
+    index = _read_json(index_path)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(f"{index_path} has no weight_map of tensor names to files")
+    files = sorted(set(weight_map.values()))
+    if any(os.path.basename(f) != f for f in files):
+        raise CheckpointError(f"{index_path} names files outside its directory")
+    return [os.path.join(directory, f) for f in files]
+
+
+def _read_hf_flat(files: str | list[str], hparams: HParams) -> dict[str, np.ndarray]:
+    files = [files] if isinstance(files, str) else files
+    tensors: dict[str, np.ndarray] = {}
+    for f in files:
+        if not os.path.isfile(f):
+            raise CheckpointError(f"missing {f}")
+        tensors.update(read_safetensors(f, mmap=True))
+    return flat_from_hf(
+        tensors, hparams, files[0] if len(files) == 1 else os.path.dirname(files[0])
+    )
+
+
+def _load_hf(directory: str, dtype: Any, files: list[str] | None = None) -> GPT2:
+    config_path = os.path.join(directory, "config.json")
+    hparams = hparams_from_hf_config(_read_json(config_path), config_path)
+    flat = _read_hf_flat(files or _hf_files(directory), hparams)
+    tokenizer = _tokenizer(directory, "vocab.json", "merges.txt")
+    return GPT2(hparams, unflatten(flat, hparams), tokenizer, dtype=dtype)
+
+
+def save(model: GPT2, out_dir: str | os.PathLike[str]) -> None:
+    """Write ``model`` as HF's GPT2LMHeadModel layout: config.json + model.safetensors.
+
+    The output loads with ``transformers.GPT2LMHeadModel.from_pretrained(out_dir)`` and with
+    :func:`load_dir` (giving identical arrays). Each file is written to a temporary name and
+    renamed when complete.
+    """
+    out_dir = os.fspath(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    tensors = hf_from_flat(flatten(model.params))
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors, {"format": "pt"})
+    config = hf_config(model.hparams)
+    config["torch_dtype"] = str(model.dtype)
+    tmp = os.path.join(out_dir, f".config.json.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+    os.replace(tmp, os.path.join(out_dir, "config.json"))

@@ -1,0 +1,161 @@
+"""Hand decoding of the two protobuf messages in a TensorFlow tensor bundle's index.
+
+Protobuf's wire format is a sequence of (key, value) pairs: the key is a varint
+``field_number << 3 | wire_type``; wire type 0 is a varint, 1 a little-endian 64-bit value,
+2 a varint length followed by that many bytes (strings, bytes, embedded messages, packed
+repeated fields), 5 a little-endian 32-bit value. Messages (tensorflow/core/protobuf/
+tensor_bundle.proto, framework/tensor_shape.proto)::
+
+    BundleHeaderProto  { int32 num_shards = 1; Endianness endianness = 2; VersionDef version = 3; }
+    BundleEntryProto   { DataType dtype = 1; TensorShapeProto shape = 2; int32 shard_id = 3;
+                         int64 offset = 4; int64 size = 5; fixed32 crc32c = 6;
+                         repeated TensorSliceProto slices = 7; }
+    TensorShapeProto   { repeated Dim dim = 2; bool unknown_rank = 3; }   Dim { int64 size = 1; }
+
+Unknown fields are skipped, as protobuf requires.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+__all__ = ["BundleEntry", "BundleHeader", "ProtobufError", "parse_entry", "parse_header"]
+
+
+class ProtobufError(ValueError):
+    """The bytes are not a well-formed message of the expected kind."""
+
+
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """Decode a base-128 varint at ``pos``: (value, position after it)."""
+    result = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ProtobufError("truncated varint")
+        if shift > 63:
+            raise ProtobufError("varint longer than 10 bytes")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _signed64(v: int) -> int:
+    """A varint-encoded int32/int64 is two's complement in 64 bits."""
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+def fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
+    """Yield (field_number, wire_type, value) for each field of a message."""
+    pos = 0
+    while pos < len(buf):
+        key, pos = read_varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise ProtobufError("field number 0")
+        if wire == 0:
+            value, pos = read_varint(buf, pos)
+        elif wire == 1 or wire == 5:
+            width = 8 if wire == 1 else 4
+            if pos + width > len(buf):
+                raise ProtobufError(f"truncated fixed{width * 8} field {number}")
+            value = int.from_bytes(buf[pos : pos + width], "little")
+            pos += width
+        elif wire == 2:
+            length, pos = read_varint(buf, pos)
+            if pos + length > len(buf):
+                raise ProtobufError(f"field {number} claims {length} bytes past the end")
+            value = bytes(buf[pos : pos + length])
+            pos += length
+        else:
+            raise ProtobufError(f"unsupported wire type {wire} for field {number}")
+        yield number, wire, value
+
+
+def _expect(wire: int, want: int, what: str) -> None:
+    if wire != want:
+        raise ProtobufError(f"{what} has wire type {wire}, expected {want}")
+
+
+@dataclasses.dataclass
+class BundleHeader:
+    num_shards: int = 0
+    endianness: int = 0  # 0 little, 1 big
+    producer: int = 0
+
+
+@dataclasses.dataclass
+class BundleEntry:
+    dtype: int = 0
+    shape: tuple[int, ...] = ()
+    shard_id: int = 0
+    offset: int = 0
+    size: int = 0
+    crc32c: int | None = None  # masked, as stored
+    has_slices: bool = False
+    unknown_rank: bool = False
+
+
+def parse_header(buf: bytes) -> BundleHeader:
+    """Decode a BundleHeaderProto."""
+    header = BundleHeader()
+    for number, wire, value in fields(buf):
+        if number == 1:
+            _expect(wire, 0, "num_shards")
+            header.num_shards = _signed64(value)
+        elif number == 2:
+            _expect(wire, 0, "endianness")
+            header.endianness = value
+        elif number == 3:
+            _expect(wire, 2, "version")
+            for n, w, v in fields(value):
+                if n == 1 and w == 0:
+                    header.producer = _signed64(v)
+    return header
+
+
+def _parse_shape(buf: bytes) -> tuple[tuple[int, ...], bool]:
+    dims: list[int] = []
+    unknown_rank = False
+    for number, wire, value in fields(buf):
+        if number == 2:
+            _expect(wire, 2, "shape.dim")
+            size = 0
+            for n, w, v in fields(value):
+                if n == 1:
+                    _expect(w, 0, "dim.size")
+                    size = _signed64(v)
+            dims.append(size)
+        elif number == 3:
+            unknown_rank = bool(value)
+    return tuple(dims), unknown_rank
+
+
+def parse_entry(buf: bytes) -> BundleEntry:
+    """Decode a BundleEntryProto."""
+    entry = BundleEntry()
+    for number, wire, value in fields(buf):
+        if number == 1:
+            _expect(wire, 0, "dtype")
+            entry.dtype = value
+        elif number == 2:
+            _expect(wire, 2, "shape")
+            entry.shape, entry.unknown_rank = _parse_shape(value)
+        elif number == 3:
+            _expect(wire, 0, "shard_id")
+            entry.shard_id = _signed64(value)
+        elif number == 4:
+            _expect(wire, 0, "offset")
+            entry.offset = _signed64(value)
+        elif number == 5:
+            _expect(wire, 0, "size")
+            entry.size = _signed64(value)
+        elif number == 6:
+            _expect(wire, 5, "crc32c")
+            entry.crc32c = value
+        elif number == 7:
+            entry.has_slices = True
+    return entry

@@ -1,0 +1,164 @@
+"""Reading a TensorFlow checkpoint (a "tensor bundle") with only the standard library and NumPy.
+
+A checkpoint with prefix ``P`` is ``P.index`` plus data shards ``P.data-NNNNN-of-MMMMM``
+(tensorflow/core/util/tensor_bundle/tensor_bundle.h). The index is an SSTable
+(:mod:`.sstable`) whose empty key holds a BundleHeaderProto (number of shards, endianness) and
+whose every other key is a tensor name mapping to a BundleEntryProto: dtype, shape, shard,
+byte offset and size in that shard, and the masked CRC-32C of those bytes (:mod:`.protobuf`).
+
+Each tensor is read with one ``np.fromfile`` at its offset (no Python loop over bytes), its CRC
+verified (:mod:`.crc32c`), and viewed with its dtype and shape.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from ..errors import CheckpointError
+from .crc32c import crc32c, unmask
+from .protobuf import BundleEntry, BundleHeader, ProtobufError, parse_entry, parse_header
+from .sstable import read_table
+
+__all__ = ["data_path", "read_tf_checkpoint", "read_tf_index"]
+
+# TensorFlow's DataType enum (tensorflow/core/framework/types.proto) -> stored little-endian type.
+_DTYPES: dict[int, str] = {
+    1: "<f4",  # DT_FLOAT
+    2: "<f8",  # DT_DOUBLE
+    3: "<i4",  # DT_INT32
+    9: "<i8",  # DT_INT64
+    14: "<u2",  # DT_BFLOAT16: the top half of a float32, widened on read
+    19: "<f2",  # DT_HALF
+}
+_DT_BFLOAT16 = 14
+_DTYPE_NAMES = {1: "float", 2: "double", 3: "int32", 4: "uint8", 5: "int16", 6: "int8",
+                7: "string", 8: "complex64", 9: "int64", 10: "bool", 14: "bfloat16",
+                19: "half", 20: "resource", 21: "variant"}  # fmt: skip
+
+
+def _index_path(prefix: str) -> str:
+    return prefix + ".index"
+
+
+def data_path(prefix: str, shard: int, num_shards: int) -> str:
+    """``P.data-00000-of-00001``: the file holding shard ``shard`` of ``num_shards``."""
+    return f"{prefix}.data-{shard:05d}-of-{num_shards:05d}"
+
+
+def _normalize(prefix: str | os.PathLike[str]) -> str:
+    prefix = os.fspath(prefix)
+    return prefix[: -len(".index")] if prefix.endswith(".index") else prefix
+
+
+def read_tf_index(
+    prefix: str | os.PathLike[str],
+) -> tuple[BundleHeader, dict[str, BundleEntry]]:
+    """The bundle's header and each tensor's entry, in name order (every block CRC checked)."""
+    prefix = _normalize(prefix)
+    index = _index_path(prefix)
+    if not os.path.exists(index):
+        raise CheckpointError(f"no checkpoint index {index}")
+    table = read_table(index)
+    if not table or table[0][0] != b"":
+        raise CheckpointError(f"corrupt index {index}: no bundle header (empty key)")
+    try:
+        header = parse_header(table[0][1])
+    except ProtobufError as e:
+        raise CheckpointError(f"corrupt index {index}: bundle header: {e}") from None
+    if header.num_shards < 1:
+        raise CheckpointError(f"corrupt index {index}: num_shards is {header.num_shards}")
+    if header.endianness not in (0, 1):
+        raise CheckpointError(f"corrupt index {index}: endianness {header.endianness}")
+    entries: dict[str, BundleEntry] = {}
+    for key, value in table[1:]:
+        if key.startswith(b"\x00"):  # the slices of a partitioned tensor, named by its entry
+            continue
+        name = key.decode("utf-8", errors="replace")
+        try:
+            entries[name] = parse_entry(value)
+        except ProtobufError as e:
+            raise CheckpointError(f"corrupt index {index}: entry for tensor {name}: {e}") from None
+    return header, entries
+
+
+def _check_entry(index: str, name: str, entry: BundleEntry, header: BundleHeader) -> np.dtype:
+    """The stored dtype of a well-formed entry, or a CheckpointError saying what is wrong."""
+    where = f"tensor {name} in {index}"
+    if entry.has_slices:
+        raise CheckpointError(f"{where} is partitioned into slices, which gpt2np does not support")
+    if entry.dtype not in _DTYPES:
+        kind = _DTYPE_NAMES.get(entry.dtype, f"enum {entry.dtype}")
+        raise CheckpointError(f"{where} has unsupported dtype {kind}")
+    if entry.unknown_rank or any(d < 0 for d in entry.shape):
+        raise CheckpointError(f"{where} has an unknown shape {list(entry.shape)}")
+    if not 0 <= entry.shard_id < header.num_shards:
+        raise CheckpointError(f"{where} is in shard {entry.shard_id} of {header.num_shards}")
+    dtype = np.dtype(_DTYPES[entry.dtype])
+    if header.endianness == 1:
+        dtype = dtype.newbyteorder(">")
+    expected = math.prod(entry.shape) * dtype.itemsize
+    if entry.size != expected or entry.offset < 0:
+        raise CheckpointError(
+            f"{where} claims {entry.size} bytes at offset {entry.offset}; "
+            f"shape {list(entry.shape)} of {dtype} needs {expected}"
+        )
+    if entry.crc32c is None:
+        raise CheckpointError(f"{where} has no checksum")
+    return dtype
+
+
+def _read_tensor(
+    path: str, name: str, entry: BundleEntry, dtype: np.dtype, verify: bool
+) -> np.ndarray:
+    """One tensor's bytes by a single read at its offset, CRC-checked, as its dtype and shape."""
+    try:
+        file_size = os.path.getsize(path)
+    except OSError:
+        raise CheckpointError(f"missing data file {path} (needed for tensor {name})") from None
+    if entry.offset + entry.size > file_size:
+        raise CheckpointError(
+            f"data file {path} is truncated: tensor {name} needs bytes up to "
+            f"{entry.offset + entry.size}, the file has {file_size}"
+        )
+    count = entry.size // dtype.itemsize
+    with open(path, "rb") as f:
+        flat = np.fromfile(f, dtype=dtype, count=count, offset=entry.offset)
+    if flat.size != count:
+        raise CheckpointError(f"data file {path} ended early while reading tensor {name}")
+    if verify:
+        stored = unmask(entry.crc32c)
+        actual = crc32c(flat)
+        if actual != stored:
+            raise CheckpointError(
+                f"checksum mismatch for tensor {name} in {path} "
+                f"(stored {stored:#010x}, computed {actual:#010x}): the file is corrupt"
+            )
+    if entry.dtype == _DT_BFLOAT16:  # bfloat16 is the high 16 bits of a float32
+        flat = (flat.astype(np.uint32) << 16).view(np.float32)
+    elif not dtype.isnative:
+        flat = flat.astype(dtype.newbyteorder("="))
+    return flat.reshape(entry.shape)
+
+
+def read_tf_checkpoint(
+    prefix: str | os.PathLike[str], verify: bool = True
+) -> dict[str, np.ndarray]:
+    """Every tensor of the TensorFlow checkpoint at ``prefix`` (e.g. ``dir/model.ckpt``).
+
+    Returns {name: array} with names as stored (``model/h0/attn/c_attn/w``) and shapes as stored
+    ([1, D, 3D]); bfloat16 is widened to float32, float16/32/64 and int32/64 are kept. Every index
+    block's and every tensor's CRC-32C is verified unless ``verify=False``. Raises
+    :class:`~gpt2np.CheckpointError` naming the file and tensor for anything wrong.
+    """
+    prefix = _normalize(prefix)
+    index = _index_path(prefix)
+    header, entries = read_tf_index(prefix)
+    tensors: dict[str, np.ndarray] = {}
+    for name, entry in entries.items():
+        dtype = _check_entry(index, name, entry, header)
+        path = data_path(prefix, entry.shard_id, header.num_shards)
+        tensors[name] = _read_tensor(path, name, entry, dtype, verify)
+    return tensors
