@@ -33,8 +33,9 @@ def golden() -> dict[str, np.ndarray]:
         return {k: z[k] for k in z.files}
 
 
-@pytest.fixture(scope="session")
-def golden_model(golden: dict[str, np.ndarray]) -> gpt2np.GPT2:
+@pytest.fixture(scope="session", params=[True, False], ids=["fast", "clear"])
+def golden_model(request: pytest.FixtureRequest, golden: dict[str, np.ndarray]) -> gpt2np.GPT2:
+    """The fixture's weights, once with the fast attention kernel and once with the clear one."""
     hparams = gpt2np.HParams(**json.loads(bytes(golden["hparams"])))
     flat = {k.removeprefix("param/"): v for k, v in golden.items() if k.startswith("param/")}
-    return gpt2np.GPT2(hparams, unflatten(flat, hparams))
+    return gpt2np.GPT2(hparams, unflatten(flat, hparams), fast=request.param)

@@ -19,7 +19,7 @@ Two ways to hold earlier keys and values share the same maths:
 from __future__ import annotations
 
 import math
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import numpy as np
 
@@ -66,6 +66,8 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray) -> np.
 
     q [B, H, T, Dh], k and v [B, H, S, Dh], mask bool broadcastable to [B, H, T, S]
     (True where a query may see a key)  ->  [B, H, T, Dh]
+
+    A query that may see no key at all (only left padding does) gets a finite, meaningless output.
     """
     scale = 1.0 / math.sqrt(q.shape[-1])  # a Python float keeps float32 as float32
     scores = (q @ k.swapaxes(-1, -2)) * scale  # [B, H, T, Dh] @ [B, H, Dh, S] -> [B, H, T, S]
@@ -96,6 +98,8 @@ class LayerCache:
 
 
 Past = Union[np.ndarray, LayerCache, None]
+#: The signature of :func:`attend`; :func:`gpt2np.fast.attend_blocked` is a faster equal.
+Attend = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 def attention(
@@ -104,11 +108,13 @@ def attention(
     c_proj: dict[str, np.ndarray],
     n_head: int,
     past: Past = None,
+    attend: Attend = attend,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Causal multi-head self-attention of the new tokens over the past and themselves.
 
     x [B, T, D]; c_attn {"w" [D, 3D], "b" [3D]}; c_proj {"w" [D, D], "b" [D]};
     past None, an array [B, 2, H, T_past, Dh], or a :class:`LayerCache`.
+    ``attend`` is the scaled dot-product kernel (:func:`attend`, or an equal faster one).
     Returns (out [B, T, D], present [B, 2, H, T, Dh]): present holds the new tokens' keys and
     values only, as OpenAI's graph returns them.
     """

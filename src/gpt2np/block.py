@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .attention import Past, attention
+from .attention import Attend, Past, attend, attention
 from .layers import gelu, layernorm, linear
 
 __all__ = ["block", "mlp"]
@@ -33,13 +33,15 @@ def block(
     mlp: dict[str, dict[str, np.ndarray]],
     n_head: int,
     past: Past = None,
+    attend: Attend = attend,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One transformer block; its keyword names are the checkpoint's, so ``**params["blocks"][i]``
     passes straight in.
 
-    x [B, T, D], past as for :func:`attention`  ->  (x [B, T, D], present [B, 2, H, T, Dh])
+    x [B, T, D], past and attend as for :func:`attention`
+    ->  (x [B, T, D], present [B, 2, H, T, Dh])
     """
-    a, present = attention(layernorm(x, **ln_1), **attn, n_head=n_head, past=past)
+    a, present = attention(layernorm(x, **ln_1), **attn, n_head=n_head, past=past, attend=attend)
     x = x + a  # [B, T, D]
     x = x + _mlp(layernorm(x, **ln_2), **mlp)  # [B, T, D]
     return x, present

@@ -16,8 +16,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .attention import LayerCache
+from .attention import Attend, LayerCache, attend
 from .block import block
+from .fast import attend_blocked
 from .hparams import HParams
 from .layers import layernorm
 from .params import Params, cast_params, check_params
@@ -54,22 +55,27 @@ def transformer(
     ids: np.ndarray,
     positions: np.ndarray,
     pasts: list[Any],
+    attend: Attend = attend,
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """Embeddings, the L blocks and ln_f, without the head.
 
     ids [B, T], positions [B, T] or [T], pasts: one per layer (None, [B, 2, H, T_past, Dh], or
-    a LayerCache)  ->  (h [B, T, D], presents: L x [B, 2, H, T, Dh])
+    a LayerCache), attend: the attention kernel  ->  (h [B, T, D], presents: L x [B, 2, H, T, Dh])
     """
     x = embed(params["wte"], params["wpe"], ids, positions)  # [B, T, D]
     presents = []
     for block_params, past in zip(params["blocks"], pasts):
-        x, present = block(x, **block_params, n_head=n_head, past=past)  # [B, T, D]
+        x, present = block(x, **block_params, n_head=n_head, past=past, attend=attend)  # [B, T, D]
         presents.append(present)
     return layernorm(x, **params["ln_f"]), presents  # [B, T, D]
 
 
 def forward(
-    params: Params, hparams: HParams, ids: np.ndarray, past: Optional[np.ndarray] = None
+    params: Params,
+    hparams: HParams,
+    ids: np.ndarray,
+    past: Optional[np.ndarray] = None,
+    attend: Attend = attend,
 ) -> tuple[np.ndarray, np.ndarray]:
     """GPT-2's forward pass exactly as OpenAI's graph computes it (arguments are not checked;
     :meth:`GPT2.forward` is the checked entry point).
@@ -80,7 +86,7 @@ def forward(
     T_past = 0 if past is None else past.shape[-2]
     positions = T_past + np.arange(ids.shape[1])  # [T]; OpenAI's positions_for
     pasts = [None] * hparams.n_layer if past is None else list(past.swapaxes(0, 1))
-    h, presents = transformer(params, hparams.n_head, ids, positions, pasts)
+    h, presents = transformer(params, hparams.n_head, ids, positions, pasts, attend)
     logits = head(h, params["wte"])  # [B, T, V]
     return logits, np.stack(presents, axis=1)  # L x [B, 2, H, T, Dh] -> [B, L, 2, H, T, Dh]
 
@@ -140,7 +146,12 @@ class KVCache:
 
 
 def forward_cached(
-    params: Params, hparams: HParams, ids: np.ndarray, cache: KVCache, last_only: bool = False
+    params: Params,
+    hparams: HParams,
+    ids: np.ndarray,
+    cache: KVCache,
+    last_only: bool = False,
+    attend: Attend = attend,
 ) -> np.ndarray:
     """The same forward pass with the keys and values kept in ``cache`` (written in place).
 
@@ -152,7 +163,7 @@ def forward_cached(
         raise ValueError(
             f"cache holds {cache.length} of {cache.max_len} positions; {T} more do not fit"
         )
-    h, _ = transformer(params, hparams.n_head, ids, cache.positions(T), cache.layers())
+    h, _ = transformer(params, hparams.n_head, ids, cache.positions(T), cache.layers(), attend)
     cache.length += T
     if last_only:
         h = h[:, -1:]  # [B, 1, D]
@@ -161,6 +172,10 @@ def forward_cached(
 
 class GPT2:
     """A GPT-2 model: hyperparameters, parameters and (optionally) a tokenizer.
+
+    ``fast=True`` (the default) computes attention with :func:`gpt2np.fast.attend_blocked`, which
+    equals :func:`gpt2np.attention.attend` to float rounding and skips the masked half of long
+    prompts; ``fast=False`` runs only the clear reference functions.
 
     >>> model = GPT2(hparams, params)
     >>> logits, present = model.forward([[464, 3290]])   # [1, 2, V], [1, L, 2, H, 2, Dh]
@@ -172,6 +187,7 @@ class GPT2:
         params: Params,
         tokenizer: Any = None,
         dtype: np.dtype | type | None = None,
+        fast: bool = True,
     ) -> None:
         if not isinstance(hparams, HParams):
             raise TypeError(f"hparams must be an HParams, got {type(hparams).__name__}")
@@ -184,6 +200,8 @@ class GPT2:
         self.hparams = hparams
         self.params = params
         self._tokenizer = tokenizer
+        self.fast = fast
+        self._attend: Attend = attend_blocked if fast else attend
 
     @property
     def dtype(self) -> np.dtype:
@@ -206,7 +224,7 @@ class GPT2:
 
     def astype(self, dtype: np.dtype | type) -> GPT2:
         """The same model with every weight cast to ``dtype`` (e.g. np.float64)."""
-        return GPT2(self.hparams, self.params, self._tokenizer, dtype=dtype)
+        return GPT2(self.hparams, self.params, self._tokenizer, dtype=dtype, fast=self.fast)
 
     def forward(self, ids: Any, past: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
         """Logits of every position, and the new tokens' keys and values.
@@ -222,7 +240,7 @@ class GPT2:
             raise ValueError(
                 f"{T_past} past + {ids2.shape[1]} new tokens exceed n_ctx={self.hparams.n_ctx}"
             )
-        logits, present = forward(self.params, self.hparams, ids2, past)
+        logits, present = forward(self.params, self.hparams, ids2, past, self._attend)
         return (logits[0] if np.ndim(ids) == 1 else logits), present
 
     def forward_cached(self, ids: Any, cache: KVCache, last_only: bool = False) -> np.ndarray:
@@ -234,7 +252,40 @@ class GPT2:
             raise ValueError(f"ids have batch {ids2.shape[0]}, the cache has {cache.batch}")
         if cache.kv.dtype != self.dtype:
             raise TypeError(f"cache dtype {cache.kv.dtype} differs from the model's {self.dtype}")
-        return forward_cached(self.params, self.hparams, ids2, cache, last_only)
+        return forward_cached(self.params, self.hparams, ids2, cache, last_only, self._attend)
+
+    def generate(
+        self,
+        prompt: Any,
+        max_new_tokens: int = 50,
+        *,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: Any = None,
+        stop: Any = None,
+        stream: bool = False,
+        context: str = "error",
+    ) -> Any:
+        """Continue ``prompt``: a str gives a str, token ids give the list of new ids, a list of
+        prompts gives a list. ``temperature=0`` is greedy; ``top_k``/``top_p`` filter (0 and 1.0
+        are off); ``seed`` (int) makes sampling reproducible; ``stop`` str(s) end a row and are
+        cut; ``stream=True`` yields pieces; ``context="slide"`` keeps the last n_ctx tokens
+        instead of raising. See :func:`gpt2np.generation.generate`."""
+        from .generation import generate
+
+        return generate(
+            prompt, self, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+            top_p=top_p, seed=seed, stop=stop, stream=stream, context=context,
+        )  # fmt: skip
+
+    def score(self, text_or_ids: Any, stride: Optional[int] = None, max_len: Optional[int] = None):
+        """Per-token log-probabilities (natural log), NLL and perplexity of a text or 1-D ids,
+        with a strided sliding window of ``max_len`` (default n_ctx) tokens moving by ``stride``
+        (default max_len // 2) for long inputs. Returns a :class:`gpt2np.scoring.Score`."""
+        from .scoring import score
+
+        return score(self, text_or_ids, stride=stride, max_len=max_len)
 
     def new_cache(self, batch: int = 1, max_len: Optional[int] = None, pad: Any = None) -> KVCache:
         """An empty :class:`KVCache` of this model's shapes and dtype."""

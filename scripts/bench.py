@@ -1,0 +1,235 @@
+"""Benchmark gpt2np on a 124M-shaped model, optionally against HF transformers (PyTorch CPU).
+
+    python scripts/bench.py                       # gpt2np alone, random 124M-shaped weights
+    python scripts/bench.py --vs-torch            # + HF transformers, same weights, ratios
+    python scripts/bench.py --model 124M          # real weights when they are present
+    python scripts/bench.py --ckpt DIR            # + cold/warm load of a TF checkpoint dir
+
+Timings are medians of alternating runs (gpt2np, torch, gpt2np, torch, ...) so that both see the
+same machine state; ratios are torch time / gpt2np time (> 1: gpt2np is faster). Nothing here is
+a test: the test suite checks correctness only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable
+
+import numpy as np
+
+import gpt2np
+
+PROMPT_LEN, NEW_TOKENS = 16, 64
+
+
+def blas_info() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "threadpoolctl not installed"
+    return "; ".join(
+        f"{i.get('internal_api')} {i.get('version')} {i.get('architecture', '')} "
+        f"threads={i.get('num_threads')}"
+        for i in threadpool_info()
+        if i.get("user_api") == "blas"
+    )
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def alternate(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median seconds of each fn, running them in turn ``repeats`` times after one warm-up."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def numpy_cases(model: gpt2np.GPT2) -> dict[str, Callable[[], object]]:
+    rng = np.random.default_rng(0)
+    V = model.hparams.n_vocab
+    cases: dict[str, Callable[[], object]] = {}
+    for T in (128, 512, 1024):
+        ids = rng.integers(0, V, (1, T))
+        cases[f"forward T={T} (all logits)"] = lambda ids=ids: model.forward(ids)
+    ids = rng.integers(0, V, (1, 1024))
+
+    def prefill() -> None:
+        model.forward_cached(ids, model.new_cache(1), last_only=True)
+
+    cases["prefill T=1024 (last logits)"] = prefill
+    for B in (1, 8):
+        prompt = rng.integers(0, V, (B, PROMPT_LEN))
+        cases[f"decode B={B}: {NEW_TOKENS} tokens"] = lambda p=prompt: decode(model, p)
+    return cases
+
+
+def decode(model: gpt2np.GPT2, prompt: np.ndarray) -> None:
+    """Greedy decoding with the in-place cache: one prefill, then one position per step."""
+    cache = model.new_cache(prompt.shape[0], max_len=PROMPT_LEN + NEW_TOKENS)
+    logits = model.forward_cached(prompt, cache, last_only=True)
+    for _ in range(NEW_TOKENS - 1):
+        logits = model.forward_cached(logits.argmax(-1), cache, last_only=True)
+
+
+def torch_cases(model: gpt2np.GPT2, threads: int) -> dict[str, Callable[[], object]]:
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    torch.set_num_threads(threads)
+    with tempfile.TemporaryDirectory() as d:
+        gpt2np.save(model, d)  # the same weights through the safetensors export
+        hf = GPT2LMHeadModel.from_pretrained(d, torch_dtype=torch.float32).eval()
+    rng = np.random.default_rng(0)
+    V = model.hparams.n_vocab
+    cases: dict[str, Callable[[], object]] = {}
+
+    def run(fn: Callable[[], object]) -> Callable[[], object]:
+        def wrapped() -> object:
+            with torch.inference_mode():
+                return fn()
+
+        return wrapped
+
+    for T in (128, 512, 1024):
+        ids = torch.from_numpy(rng.integers(0, V, (1, T)))
+        cases[f"forward T={T} (all logits)"] = run(lambda ids=ids: hf(ids, use_cache=False))
+    ids = torch.from_numpy(rng.integers(0, V, (1, 1024)))
+    cases["prefill T=1024 (last logits)"] = run(lambda: hf(ids, logits_to_keep=1))
+    for B in (1, 8):
+        prompt = torch.from_numpy(rng.integers(0, V, (B, PROMPT_LEN)))
+        cases[f"decode B={B}: {NEW_TOKENS} tokens"] = run(
+            lambda p=prompt: hf.generate(
+                p,
+                attention_mask=torch.ones_like(p),
+                max_new_tokens=NEW_TOKENS,
+                min_new_tokens=NEW_TOKENS,
+                do_sample=False,
+                pad_token_id=0,
+            )
+        )
+    return cases
+
+
+def load_times(ckpt: str, tf_python: str | None) -> None:
+    """Cold load (TF checkpoint -> params with CRC verification, writing the cache) and warm load
+    (memory-mapped from the cache), each in a fresh process so RSS is the load's own."""
+    code = (
+        "import sys,time,resource,gpt2np;from gpt2np.checkpoint import load_dir\n"
+        "t=time.perf_counter();m=load_dir(sys.argv[1],cache_dir=sys.argv[2])\n"
+        "print(time.perf_counter()-t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    with tempfile.TemporaryDirectory() as cache:
+        for label in ("cold (TF ckpt + CRC32C + cache write)", "warm (memory-mapped cache)"):
+            out = subprocess.run([sys.executable, "-c", code, ckpt, cache], check=True,
+                                 capture_output=True, text=True).stdout.split()  # fmt: skip
+            print(
+                f"  load {label:42s} {float(out[0]):8.3f} s   peak RSS {int(out[1]) / 1024:.0f} MB"
+            )
+    if tf_python:
+        code = (
+            "import sys,time,tensorflow as tf\n"
+            "t=time.perf_counter();r=tf.train.load_checkpoint(sys.argv[1])\n"
+            "a={n:r.get_tensor(n) for n in r.get_variable_to_shape_map()}\n"
+            "print(time.perf_counter()-t)"
+        )
+        prefix = os.path.join(ckpt, "model.ckpt")
+        out = subprocess.run([tf_python, "-c", code, prefix], check=True, capture_output=True,
+                             text=True).stdout.split()  # fmt: skip
+        print(f"  load {'TensorFlow tf.train.load_checkpoint':42s} {float(out[-1]):8.3f} s")
+
+
+def tokenizer_speed() -> None:
+    from gpt2np.tokenizer import Tokenizer
+
+    text = "".join(open(m.__file__, encoding="utf-8").read() for m in (json, argparse, os))
+    text = (text * (1_000_000 // len(text) + 1))[:1_000_000]
+    tok = Tokenizer()
+    t = time.perf_counter()
+    tok.encode_ordinary(text)
+    dt = time.perf_counter() - t
+    print(
+        f"  tokenizer encode (1 MB of Python source, cold cache) {len(text) / dt / 1e6:8.2f} MB/s"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--model", help="name or directory of real weights (default: random 124M)")
+    ap.add_argument("--vs-torch", action="store_true", help="also run HF transformers")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--ckpt", help="TF checkpoint directory to time cold and warm loads")
+    ap.add_argument("--tf-python", help="a python with tensorflow, to time TF's own loading")
+    ap.add_argument("--only", help="run only the cases whose name contains this text")
+    args = ap.parse_args()
+
+    print(f"date {time.strftime('%Y-%m-%d')}  cpu {cpu_name()}  cores {os.cpu_count()}")
+    print(f"numpy {np.__version__}  BLAS {blas_info()}  python {platform.python_version()}")
+    if args.model:
+        model = gpt2np.load(args.model)
+    else:
+        model = gpt2np.GPT2(gpt2np.HPARAMS["124M"], gpt2np.init_params(gpt2np.HPARAMS["124M"]))
+    print(f"model {model!r}")
+
+    ours = numpy_cases(model)
+    theirs = torch_cases(model, args.threads) if args.vs_torch else {}
+    if args.vs_torch:
+        import torch
+        import transformers
+
+        print(f"torch {torch.__version__} threads {torch.get_num_threads()}  "
+              f"transformers {transformers.__version__}")  # fmt: skip
+    header = f"  {'case':32s} {'gpt2np':>10s}"
+    if theirs:
+        header += f" {'torch':>10s} {'ratio':>7s}"
+    print(header)
+    for name, fn in ours.items():
+        if args.only and args.only not in name:
+            continue
+        fns = {"np": fn} | ({"torch": theirs[name]} if name in theirs else {})
+        t = alternate(fns, args.repeats)
+        line = f"  {name:32s} {t['np']:9.3f}s"
+        if "torch" in t:
+            line += f" {t['torch']:9.3f}s {t['torch'] / t['np']:6.2f}x"
+        if name.startswith("decode"):
+            B = int(name.split("B=")[1].split(":")[0])
+            line += f"   gpt2np {B * NEW_TOKENS / t['np']:.1f} tok/s"
+            if "torch" in t:
+                line += f", torch {B * NEW_TOKENS / t['torch']:.1f} tok/s"
+        print(line, flush=True)
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"  peak RSS of this process {rss_mb:.0f} MB")
+    if args.ckpt:
+        load_times(args.ckpt, args.tf_python)
+    try:
+        tokenizer_speed()
+    except ImportError:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""The fast kernels equal the clear ones they stand beside."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpt2np
+from gpt2np.attention import attend, causal_mask
+from gpt2np.fast import attend_blocked
+
+
+@pytest.mark.parametrize("T, T_past", [(1, 0), (1, 37), (5, 0), (130, 0), (257, 3), (64, 64)])
+@pytest.mark.parametrize("block", [1, 7, 128])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_attend_blocked_equals_attend(T: int, T_past: int, block: int, dtype) -> None:
+    rng = np.random.default_rng(T * 1000 + T_past)
+    q = rng.standard_normal((2, 3, T, 8)).astype(dtype) * 2
+    k, v = (rng.standard_normal((2, 3, T_past + T, 8)).astype(dtype) * 2 for _ in range(2))
+    mask = causal_mask(T, T_past)
+    expected = attend(q, k, v, mask)
+    got = attend_blocked(q, k, v, mask, block=block)
+    assert got.dtype == dtype
+    tol = 2e-5 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(got, expected, atol=tol, rtol=tol)
+
+
+def test_attend_blocked_with_padding_mask() -> None:
+    rng = np.random.default_rng(0)
+    T, S = 6, 10
+    q = rng.standard_normal((2, 2, T, 4))
+    k, v = rng.standard_normal((2, 2, 2, S, 4))
+    key_mask = np.arange(S) >= np.array([[0], [5]])  # row 1 has 5 padding keys
+    mask = causal_mask(T, S - T) & key_mask[:, None, None, :]  # [B, 1, T, S]
+    got, expected = attend_blocked(q, k, v, mask, block=4), attend(q, k, v, mask)
+    assert np.isfinite(got).all()
+    # a query that sees no key at all (padding) has a finite but unspecified output
+    sees_something = mask.any(-1)[..., None]  # [B, 1, T, 1]
+    assert not sees_something.all()
+    np.testing.assert_allclose(
+        np.where(sees_something, got, 0), np.where(sees_something, expected, 0)
+    )
+
+
+def test_fast_model_equals_clear_model(tiny_hparams) -> None:
+    params = gpt2np.init_params(tiny_hparams, seed=3, std=0.2)
+    fast = gpt2np.GPT2(tiny_hparams, params)
+    clear = gpt2np.GPT2(tiny_hparams, params, fast=False)
+    assert fast.fast and not clear.fast and not clear.astype(np.float64).fast
+    ids = np.random.default_rng(1).integers(0, tiny_hparams.n_vocab, (2, 20))
+    (lf, pf), (lc, pc) = fast.forward(ids), clear.forward(ids)
+    np.testing.assert_allclose(lf, lc, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(pf, pc, atol=1e-6, rtol=1e-6)
+    cf, cc = fast.new_cache(2), clear.new_cache(2)
+    for chunk in (ids[:, :7], ids[:, 7:8], ids[:, 8:]):
+        np.testing.assert_allclose(
+            fast.forward_cached(chunk, cf), clear.forward_cached(chunk, cc), atol=1e-5, rtol=1e-5
+        )
