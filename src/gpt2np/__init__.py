@@ -9,6 +9,7 @@ The forward pass reads like the paper: ``layers`` (layernorm, gelu, softmax, lin
 
 from __future__ import annotations
 
+from .api import load
 from .checkpoint import save
 from .download import download
 from .errors import CheckpointError, DownloadError
@@ -32,5 +33,6 @@ __all__ = [
     "download",
     "forward",
     "init_params",
+    "load",
     "save",
 ]

@@ -1,0 +1,156 @@
+"""gpt2np.load: path or published name -> GPT2, end to end through the loopback server.
+
+The served "124M" is the small real TF checkpoint in tests/fixtures/tf/small (written by
+TensorFlow, scripts/make_tf_fixtures.py) plus the real bundled encoder.json / vocab.bpe; its
+weights are compared with expected.npz, which TensorFlow wrote from the same variables.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+import gpt2np
+from gpt2np.params import flatten
+from httpfixture import Bucket, closed_port_url, serve
+
+SMALL = pathlib.Path(__file__).parent / "fixtures" / "tf" / "small"
+BPE_DIR = pathlib.Path(gpt2np.__file__).parent / "data"
+DATA = "model.ckpt.data-00000-of-00001"
+
+
+def small_hparams() -> gpt2np.HParams:
+    return gpt2np.HParams.from_json(SMALL / "hparams.json")
+
+
+def expected_flat() -> dict[str, np.ndarray]:
+    """expected.npz (TF's names, e.g. model/h0/attn/c_attn/w [1, D, 3D]) in gpt2np's flat names."""
+    out = {}
+    with np.load(SMALL / "expected.npz") as z:
+        for key in z.files:
+            name = re.sub(r"^h(\d+)/", r"blocks.\1/", key.removeprefix("model/"))
+            value = z[key]
+            out[name.replace("/", ".")] = (
+                value[0] if value.ndim == 3 else value
+            )  # Conv1D's [1, ...]
+    return out
+
+
+def assert_weights(model: gpt2np.GPT2, dtype=np.float32) -> None:
+    flat, expected = flatten(model.params), expected_flat()
+    assert sorted(flat) == sorted(expected)
+    for name, value in expected.items():
+        assert flat[name].dtype == dtype, name
+        np.testing.assert_array_equal(flat[name], value.astype(dtype), err_msg=name)
+
+
+def served_release() -> dict[str, bytes]:
+    files = {f: (SMALL / f).read_bytes() for f in ["checkpoint", "hparams.json", DATA]}
+    files["model.ckpt.index"] = (SMALL / "model.ckpt.index").read_bytes()
+    files["model.ckpt.meta"] = b"graph: not read by gpt2np"  # the fixture has no .meta
+    for f in ["encoder.json", "vocab.bpe"]:  # must pass the published SHA-256
+        files[f] = (BPE_DIR / f).read_bytes()
+    return {f"124M/{k}": v for k, v in files.items()}
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch) -> pathlib.Path:
+    """GPT2NP_HOME in tmp_path (downloads and the conversion cache), and "124M" published with
+    the small fixture's hparams so that download's hparams.json check accepts the fixture."""
+    monkeypatch.setenv("GPT2NP_HOME", str(tmp_path / "home"))
+    monkeypatch.setitem(gpt2np.HPARAMS, "124M", small_hparams())
+    return tmp_path / "home"
+
+
+def test_load_by_name_downloads_converts_and_then_needs_no_network(home, monkeypatch) -> None:
+    bucket = Bucket(served_release())
+    with serve(bucket) as url:
+        monkeypatch.setenv("GPT2NP_BASE_URL", url)
+        model = gpt2np.load("124M")
+    assert model.hparams == small_hparams()
+    assert_weights(model)
+    assert len(bucket.served()) == 7
+    for f in ["encoder.json", "hparams.json", DATA]:
+        assert (home / "models" / "124M" / f).read_bytes() == bucket.files[f"124M/{f}"]
+
+    monkeypatch.setenv("GPT2NP_BASE_URL", closed_port_url())  # offline from now on
+    again = gpt2np.load("124M", dtype=np.float64)
+    assert_weights(again, np.float64)
+    logits, _ = again.forward([1, 2, 3])
+    assert logits.shape == (3, small_hparams().n_vocab) and np.all(np.isfinite(logits))
+
+
+def test_load_by_old_name_uses_the_canonical_download(home, monkeypatch) -> None:
+    with serve(Bucket(served_release())) as url:
+        monkeypatch.setenv("GPT2NP_BASE_URL", url)
+        assert_weights(gpt2np.load("117M", models_dir=home / "elsewhere"))
+    assert (home / "elsewhere" / "124M" / DATA).exists()
+
+
+def test_corrupt_weights_are_caught_by_the_checkpoint_crc(home, monkeypatch) -> None:
+    files = served_release()
+    data = bytearray(files[f"124M/{DATA}"])
+    data[len(data) // 2] ^= 0xFF  # same size, so the download itself cannot notice
+    files[f"124M/{DATA}"] = bytes(data)
+    with serve(Bucket(files)) as url:
+        monkeypatch.setenv("GPT2NP_BASE_URL", url)
+        with pytest.raises(gpt2np.CheckpointError) as err:
+            gpt2np.load("124M")
+    message = str(err.value)
+    assert "checksum mismatch for tensor" in message
+    assert str(home / "models" / "124M") in message and "delete that directory" in message
+
+
+def test_load_a_directory(home) -> None:
+    model = gpt2np.load(SMALL)
+    assert model.hparams == small_hparams()
+    assert_weights(model)
+    assert_weights(gpt2np.load(str(SMALL), np.float64), np.float64)
+
+
+def test_an_existing_directory_wins_over_the_name(home, tmp_path, monkeypatch) -> None:
+    local = tmp_path / "cwd" / "124M"
+    local.mkdir(parents=True)
+    for f in ["checkpoint", "hparams.json", DATA, "model.ckpt.index"]:
+        (local / f).write_bytes((SMALL / f).read_bytes())
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setenv("GPT2NP_BASE_URL", closed_port_url())  # would fail if it downloaded
+    assert_weights(gpt2np.load("124M"))
+
+
+def test_unknown_name_lists_the_known_ones(home) -> None:
+    with pytest.raises(ValueError, match="neither an existing path nor a known model name") as e:
+        gpt2np.load("gpt2-medium")
+    assert "124M, 355M, 774M, 1558M, 117M, 345M" in str(e.value)
+    assert not isinstance(e.value, gpt2np.CheckpointError)
+
+
+@pytest.mark.parametrize("missing", ["./124M-finetuned", "models/124M", "~/no/such/dir"])
+def test_a_missing_path_is_named(home, tmp_path, monkeypatch, missing) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(gpt2np.CheckpointError, match="no such checkpoint directory") as e:
+        gpt2np.load(missing)
+    assert pathlib.Path(missing).expanduser().name in str(e.value)
+    with pytest.raises(gpt2np.CheckpointError, match="no such checkpoint directory"):
+        gpt2np.load(pathlib.Path("124M"))  # a Path is always a path, never a name
+
+
+def test_arguments_of_the_wrong_kind(home) -> None:
+    with pytest.raises(TypeError):
+        gpt2np.load(124)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        gpt2np.load("")  # not ".", which exists
+
+
+def test_served_hparams_really_are_checked(home, monkeypatch) -> None:
+    """Guard for the fixture above: with the real published 124M, the tiny model is refused."""
+    monkeypatch.setitem(gpt2np.HPARAMS, "124M", gpt2np.HParams())
+    with serve(Bucket(served_release())) as url:
+        monkeypatch.setenv("GPT2NP_BASE_URL", url)
+        with pytest.raises(gpt2np.DownloadError, match="published 124M"):
+            gpt2np.load("124M")
+    assert json.loads((SMALL / "hparams.json").read_text())["n_embd"] == 16
