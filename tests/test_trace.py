@@ -17,12 +17,13 @@ def ids_for(model: gpt2np.GPT2, B: int, T: int, seed: int = 0) -> np.ndarray:
 
 
 # Bitwise, not a tolerance: trace runs the same NumPy operations in the same order on the same
-# arrays as model.forward, so any difference at all means the two paths compute different things
-# (e.g. the core changed its order of operations and trace.py must follow it).
+# arrays as the clear forward pass (fast=False), so any difference at all means the two paths
+# compute different things (e.g. the core changed its order of operations and trace.py must
+# follow it).
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("B,T,split", [(1, 7, 0), (2, 9, 0), (2, 9, 4), (3, 5, 1)])
-def test_trace_equals_forward_bitwise(tiny_model, dtype, B: int, T: int, split: int) -> None:
-    model = tiny_model.astype(dtype)
+def test_trace_equals_clear_forward_bitwise(tiny_model, dtype, B: int, T: int, split: int) -> None:
+    model = gpt2np.GPT2(tiny_model.hparams, tiny_model.params, dtype=dtype, fast=False)
     ids = ids_for(model, B, T, seed=B * 10 + T)
     past = model.forward(ids[:, :split])[1] if split else None
     logits, present = model.forward(ids[:, split:], past=past)
@@ -32,6 +33,18 @@ def test_trace_equals_forward_bitwise(tiny_model, dtype, B: int, T: int, split: 
     np.testing.assert_array_equal(t["logits"], logits)
     np.testing.assert_array_equal(t.present, present)
     assert t.T_past == split
+
+
+@pytest.mark.parametrize("dtype,rtol", [(np.float32, 1e-5), (np.float64, 1e-12)])
+def test_trace_equals_fast_forward_to_rounding(dtype, rtol: float) -> None:
+    """The default (fast, blocked) attention kernel sums in another order beyond 128 queries."""
+    hp = gpt2np.HParams(n_vocab=50, n_ctx=200, n_embd=16, n_head=2, n_layer=2)
+    model = gpt2np.GPT2(hp, gpt2np.init_params(hp, seed=2, std=0.2), dtype=dtype, fast=True)
+    ids = np.random.default_rng(1).integers(0, 50, (1, 170))
+    logits, present = model.forward(ids[:, 30:], past=model.forward(ids[:, :30])[1])
+    t = trace(model, ids[:, 30:], past=model.forward(ids[:, :30])[1])
+    np.testing.assert_allclose(t.logits, logits, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(t.present, present, rtol=rtol, atol=rtol)
 
 
 def test_golden_fixture_through_trace(golden, golden_model) -> None:

@@ -2,8 +2,9 @@
 
 :func:`trace` runs the same forward pass as :func:`gpt2np.model.forward`, re-composed step by step
 from the same public building blocks (``layers.layernorm/gelu/softmax/linear``,
-``attention.split_heads/merge_heads/causal_mask``, ``model.embed/head``) in the same order, and
-records each intermediate. The plain forward pass is untouched and pays nothing for it.
+``attention.split_heads/merge_heads/causal_mask``, ``model.embed/head``) in the same order as the
+clear reference path (``attention.attend``, not the blocked kernel in ``fast.py``), and records
+each intermediate. The plain forward pass is untouched and pays nothing for it.
 
 Names follow the checkpoint (``h{i}``, ``ln_1``, ``attn``, ``c_attn``, ``c_proj``, ``mlp``,
 ``c_fc``, ``ln_f``) and the paper. In forward order, with B batch, T new tokens, T_past cached
@@ -155,8 +156,9 @@ def trace(model: GPT2, ids: Any, past: Optional[np.ndarray] = None, names: Names
     glob or a list of globs (``fnmatch``, e.g. ``"h11.*"``, ``"*.attn.probs"``, ``"logits"``)
     to keep only the matching tensors and save memory; a glob that matches no name is an error.
 
-    The result's logits and present equal ``model.forward``'s bit for bit: the same NumPy
-    operations run in the same order on the same arrays.
+    This is the clear path whatever ``model.fast`` says: its logits and present equal those of
+    ``GPT2(..., fast=False).forward`` bit for bit (the same NumPy operations run in the same
+    order on the same arrays), and the default fast attention kernel's to float rounding.
     """
     ids = model.check_ids(ids)
     past = model._check_past(past, ids.shape[0])
