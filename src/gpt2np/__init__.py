@@ -13,9 +13,11 @@ from .api import load
 from .checkpoint import save
 from .download import download
 from .errors import CheckpointError, DownloadError
+from .generation import generate
 from .hparams import HPARAMS, MODEL_NAMES, HParams
 from .model import GPT2, KVCache, forward
 from .params import init_params
+from .scoring import Score
 from .tokenizer import Tokenizer
 
 __version__ = "0.1.0"
@@ -28,10 +30,12 @@ __all__ = [
     "DownloadError",
     "HParams",
     "KVCache",
+    "Score",
     "Tokenizer",
     "__version__",
     "download",
     "forward",
+    "generate",
     "init_params",
     "load",
     "save",

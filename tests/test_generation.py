@@ -1,0 +1,380 @@
+"""Generation: greedy against HF's generate (committed fixture) and against a cache-free loop,
+sampling reproducibility, ragged batches, streaming, stop strings, <|endoftext|>, the context
+options, the cache discipline, and argument errors."""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import pathlib
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import gpt2np
+from gpt2np import GPT2
+from gpt2np.generation import generate
+from gpt2np.params import unflatten
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+
+
+# -- models -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def fixture() -> dict[str, np.ndarray]:
+    """tests/fixtures/generate_tiny.npz, written by scripts/make_generate_fixture.py with HF."""
+    with np.load(FIXTURES / "generate_tiny.npz", allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+@pytest.fixture(scope="module")
+def fixture_model(fixture) -> GPT2:
+    hparams = gpt2np.HParams(**json.loads(bytes(fixture["hparams"])))
+    flat = {k[len("param/") :]: v for k, v in fixture.items() if k.startswith("param/")}
+    return GPT2(hparams, unflatten(flat, hparams))
+
+
+class ByteTokenizer:
+    """Ids 0-255 are bytes and 256 is <|endoftext|>: the Tokenizer interface over raw bytes, so
+    that every multi-byte character is split across tokens and random ids give invalid UTF-8."""
+
+    n_vocab, eot_token = 257, 256
+
+    def encode(self, text, allowed_special=(), disallowed_special="all"):
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids):
+        return bytes(ids).decode("utf-8", errors="replace")
+
+    def stream_decoder(self):
+        return ByteStreamDecoder()
+
+
+class ByteStreamDecoder:
+    def __init__(self):
+        self.utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, ids):
+        return self.utf8.decode(bytes([ids] if isinstance(ids, int) else ids))
+
+    def flush(self):
+        return self.utf8.decode(b"", final=True)
+
+
+@pytest.fixture(scope="module")
+def byte_model() -> GPT2:
+    hparams = gpt2np.HParams(n_vocab=257, n_ctx=64, n_embd=32, n_head=2, n_layer=2)
+    return GPT2(hparams, gpt2np.init_params(hparams, seed=3, std=0.3), tokenizer=ByteTokenizer())
+
+
+@pytest.fixture(scope="module")
+def text_model() -> GPT2:
+    """Random weights with GPT-2's vocabulary, so the real tokenizer is used."""
+    hparams = gpt2np.HParams(n_vocab=50257, n_ctx=128, n_embd=32, n_head=2, n_layer=2)
+    return GPT2(hparams, gpt2np.init_params(hparams, seed=1, std=0.2))
+
+
+def naive_greedy(model: GPT2, ids: list[int], n: int) -> list[int]:
+    """Greedy without any cache: the whole (last n_ctx of the) sequence through forward."""
+    seq = list(ids)
+    for _ in range(n):
+        logits, _ = model.forward(seq[-model.hparams.n_ctx :])
+        seq.append(int(np.argmax(logits[-1])))
+    return seq[len(ids) :]
+
+
+# -- greedy against independent references ---------------------------------------------------
+
+
+@pytest.mark.parametrize("i", [0, 1, 2])
+def test_greedy_equals_hf_generate(fixture, fixture_model, i):
+    prompt, expected = fixture[f"prompt_{i}"], fixture[f"greedy_{i}"].tolist()
+    assert generate(prompt, fixture_model, max_new_tokens=len(expected), temperature=0) == expected
+
+
+def test_ragged_batch_equals_hf_batch_and_each_prompt_alone(fixture, fixture_model):
+    prompts = [fixture[f"prompt_{i}"].tolist() for i in range(3)]
+    assert len({len(p) for p in prompts}) == 3
+    n = fixture["batch_new"].shape[1]
+    batch = generate(prompts, fixture_model, max_new_tokens=n, temperature=0)
+    assert batch == fixture["batch_new"].tolist()
+    assert batch == [generate(p, fixture_model, max_new_tokens=n, temperature=0) for p in prompts]
+
+
+def test_greedy_equals_a_cache_free_loop(tiny_model):
+    for prompt in ([5], [1, 2, 3, 4, 5, 6, 7]):
+        assert generate(prompt, tiny_model, max_new_tokens=12, temperature=0) == naive_greedy(
+            tiny_model, prompt, 12
+        )
+
+
+def test_top_k_1_and_tiny_top_p_equal_greedy(fixture, fixture_model):
+    prompt, n = fixture["prompt_1"], 15
+    greedy = generate(prompt, fixture_model, max_new_tokens=n, temperature=0)
+    assert generate(prompt, fixture_model, max_new_tokens=n, top_k=1, seed=0) == greedy
+    assert generate(prompt, fixture_model, max_new_tokens=n, top_p=1e-6, seed=0) == greedy
+
+
+# -- sampling ------------------------------------------------------------------------------------
+
+
+def test_seeded_sampling_is_reproducible_and_seed_dependent(tiny_model):
+    kw = dict(max_new_tokens=20, temperature=1.0, top_k=40, top_p=0.95)
+    a = generate([3, 1, 4], tiny_model, seed=123, **kw)
+    assert a == generate([3, 1, 4], tiny_model, seed=123, **kw)
+    assert a != generate([3, 1, 4], tiny_model, seed=124, **kw)
+    assert a != generate([3, 1, 4], tiny_model, temperature=0, max_new_tokens=20)
+
+
+def test_seeded_batch_rows_equal_each_prompt_alone(tiny_model):
+    prompts = [[7], [1, 2, 3, 4, 5], [9, 9]]
+    batch = generate(prompts, tiny_model, max_new_tokens=10, seed=5, temperature=0.8)
+    assert batch == [
+        generate(p, tiny_model, max_new_tokens=10, seed=5, temperature=0.8) for p in prompts
+    ]
+
+
+# -- cost: one prefill, then one position per row into one preallocated buffer ----------------
+
+
+def test_decode_writes_one_preallocated_cache_in_place(tiny_model, monkeypatch):
+    calls = []
+    real = GPT2.forward_cached
+
+    def spy(self, ids, cache, last_only=False):
+        calls.append((np.shape(ids), cache, cache.kv, cache.length, last_only))
+        return real(self, ids, cache, last_only)
+
+    monkeypatch.setattr(GPT2, "forward_cached", spy)
+    generate([[1, 2, 3, 4], [5, 6]], tiny_model, max_new_tokens=8, temperature=0)
+    assert [c[0] for c in calls] == [(2, 4)] + [(2, 1)] * 7  # last sampled id is not fed
+    assert all(c[4] for c in calls)  # only the last position's logits
+    cache, kv = calls[0][1], calls[0][2]
+    assert all(c[1] is cache and c[2] is kv for c in calls)
+    assert np.shares_memory(cache.kv, kv) and kv.shape[-2] == 4 + 8 - 1
+    assert [c[3] for c in calls] == [0, *range(4, 11)] and cache.length == 11
+    np.testing.assert_array_equal(cache.pad, [0, 2])
+
+
+# -- <|endoftext|>, stop strings, streaming ----------------------------------------------------
+
+
+def test_endoftext_ends_generation_and_is_not_returned(tiny_model):
+    free = generate([1, 2, 3], tiny_model, max_new_tokens=12, temperature=0)
+    k = next(i for i in range(1, len(free)) if free[i] not in free[:i])
+    tok = types.SimpleNamespace(eot_token=free[k])
+    model = GPT2(tiny_model.hparams, tiny_model.params, tokenizer=tok)
+    assert generate([1, 2, 3], model, max_new_tokens=12, temperature=0) == free[:k]
+    # in a batch, the row that ends stops contributing while the other goes on
+    continuations = {
+        t: generate([t], tiny_model, max_new_tokens=12, temperature=0) for t in range(97)
+    }
+    other, rest = next(([t], c) for t, c in continuations.items() if free[k] not in c)
+    assert generate([[1, 2, 3], other], model, max_new_tokens=12, temperature=0) == [free[:k], rest]
+
+
+def test_text_prompt_returns_the_decoded_continuation(byte_model):
+    ids = generate(list("héllo → wörld".encode()), byte_model, max_new_tokens=30, temperature=0)
+    text = generate("héllo → wörld", byte_model, max_new_tokens=30, temperature=0)
+    assert isinstance(text, str) and text == bytes(ids).decode("utf-8", errors="replace")
+
+
+def test_stop_string_ends_generation_and_is_cut(byte_model):
+    kw = dict(max_new_tokens=40, temperature=0)
+    full = generate("abc", byte_model, **kw)
+    stop = full[6:8]
+    assert generate("abc", byte_model, stop=stop, **kw) == full[: full.find(stop)]
+    never = full[3] + "\x00never"  # starts like the text at 3 but never completes
+    got = generate("abc", byte_model, stop=[never, stop], **kw)
+    assert got == full[: full.find(stop)]
+    assert generate("abc", byte_model, stop="\x00never", **kw) == full
+
+
+def test_stream_joined_equals_non_stream_text(byte_model):
+    for kw in (
+        dict(temperature=0),
+        dict(temperature=1.0, seed=4),
+        dict(temperature=0.9, top_k=50, seed=9, stop=["\ufffd\ufffd", "e"]),
+    ):
+        for prompt in ("héllo → wörld", "x", "🙂 emoji"):
+            whole = generate(prompt, byte_model, max_new_tokens=40, **kw)
+            pieces = list(generate(prompt, byte_model, max_new_tokens=40, stream=True, **kw))
+            assert all(isinstance(p, str) and p for p in pieces)
+            assert "".join(pieces) == whole
+            for s in kw.get("stop", ()):
+                assert s not in "".join(pieces)
+
+
+def test_stream_never_splits_a_utf8_character(byte_model):
+    # A prompt ending inside a multi-byte character forces held-back bytes at the start.
+    ids = list("é".encode())[:1]
+    pieces = list(generate(ids, byte_model, max_new_tokens=30, temperature=0, stream=True))
+    assert all(isinstance(p, list) for p in pieces)
+    text_pieces = list(generate("🙂", byte_model, max_new_tokens=30, temperature=0, stream=True))
+    for piece in text_pieces:
+        piece.encode("utf-8")  # a lone surrogate or half character would fail here
+    assert "".join(text_pieces) == generate("🙂", byte_model, max_new_tokens=30, temperature=0)
+
+
+def test_stream_of_ids_and_batches(tiny_model):
+    kw = dict(max_new_tokens=9, temperature=0.7, seed=2)
+    pieces = list(generate([4, 5], tiny_model, stream=True, **kw))
+    assert [i for p in pieces for i in p] == generate([4, 5], tiny_model, **kw)
+    prompts = [[4, 5], [6]]
+    steps = list(generate(prompts, tiny_model, stream=True, **kw))
+    assert all(len(s) == 2 for s in steps)
+    joined = [[i for s in steps for i in s[b]] for b in range(2)]
+    assert joined == generate(prompts, tiny_model, **kw)
+
+
+# -- the real tokenizer --------------------------------------------------------------------------
+
+
+def test_text_batch_with_gpt2_tokenizer(text_model):
+    prompts = ["Hello world", "The quick brown fox jumps over", "€"]
+    kw = dict(max_new_tokens=12, temperature=0)
+    batch = generate(prompts, text_model, **kw)
+    assert batch == [generate(p, text_model, **kw) for p in prompts]
+    tok = text_model.tokenizer
+    for p, out in zip(prompts, batch):
+        ids = generate(tok.encode(p), text_model, **kw)
+        assert out == tok.decode([i for i in ids if i != tok.eot_token])
+    steps = list(generate(prompts, text_model, stream=True, **kw))
+    assert ["".join(s[b] for s in steps) for b in range(3)] == batch
+
+
+def test_model_generate_method_delegates(text_model):
+    assert text_model.generate("Hi", max_new_tokens=5, temperature=0) == generate(
+        "Hi", text_model, max_new_tokens=5, temperature=0
+    )
+
+
+# -- context -------------------------------------------------------------------------------------
+
+
+def test_context_error_by_default(tiny_model):
+    n_ctx = tiny_model.hparams.n_ctx
+    assert len(generate([1] * (n_ctx - 4), tiny_model, max_new_tokens=4, temperature=0)) == 4
+    with pytest.raises(ValueError, match="n_ctx"):
+        generate([1] * (n_ctx - 4), tiny_model, max_new_tokens=5)
+    with pytest.raises(ValueError, match="n_ctx"):
+        generate([1] * (n_ctx + 1), tiny_model, max_new_tokens=0)
+
+
+def test_context_slide_keeps_the_last_n_ctx_tokens(tiny_model):
+    n_ctx = tiny_model.hparams.n_ctx
+    for prompt in ([3, 1, 4, 1, 5] * 5, list(range(1, n_ctx + 10))):
+        got = generate(prompt, tiny_model, max_new_tokens=20, temperature=0, context="slide")
+        assert got == naive_greedy(tiny_model, prompt, 20)
+    prompts = [list(range(1, 30)), [7, 8]]
+    batch = generate(prompts, tiny_model, max_new_tokens=12, temperature=0, context="slide")
+    assert batch == [naive_greedy(tiny_model, p, 12) for p in prompts]
+
+
+# -- arguments -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "prompt, kw, error",
+    [
+        ([1], dict(temperature=-1), ValueError),
+        ([1], dict(top_p=0), ValueError),
+        ([1], dict(top_p=1.01), ValueError),
+        ([1], dict(top_k=-2), ValueError),
+        ([1], dict(max_new_tokens=-1), ValueError),
+        ([1], dict(max_new_tokens=2.0), TypeError),
+        ([1], dict(context="wrap"), ValueError),
+        ([1], dict(stop="x"), ValueError),  # stop strings need text
+        ([1], dict(seed="a", max_new_tokens=2), TypeError),
+        ([], {}, ValueError),
+        ([[1], []], {}, ValueError),
+        (np.array([], dtype=np.int64), {}, ValueError),
+        ("", {}, ValueError),
+        ([1, 97], {}, ValueError),  # id outside the vocabulary
+        ([1.5], {}, TypeError),
+        (["a", [1]], {}, TypeError),
+        (42, {}, TypeError),
+        (b"abc", {}, TypeError),
+    ],
+)
+def test_bad_arguments(tiny_model, prompt, kw, error):
+    with pytest.raises(error):
+        generate(prompt, tiny_model, **kw)
+
+
+def test_bad_arguments_raise_before_streaming_starts(byte_model):
+    with pytest.raises(ValueError):
+        generate("a", byte_model, stream=True, top_p=2.0)
+    with pytest.raises(TypeError):
+        generate("a", byte_model, stream=True, stop=3)
+    with pytest.raises(ValueError):
+        generate("a", byte_model, stream=True, stop="")
+
+
+def test_zero_new_tokens(tiny_model, byte_model):
+    assert generate([1, 2], tiny_model, max_new_tokens=0) == []
+    assert generate("ab", byte_model, max_new_tokens=0) == ""
+    assert list(generate("ab", byte_model, max_new_tokens=0, stream=True)) == []
+
+
+# -- the one-call convenience ------------------------------------------------------------------
+
+
+def test_convenience_loads_once_per_model_and_dtype(tiny_model, monkeypatch):
+    loads = []
+
+    def load(name, dtype=None):
+        loads.append((name, dtype))
+        return tiny_model if dtype is None else tiny_model.astype(dtype)
+
+    monkeypatch.setitem(sys.modules, "gpt2np.api", types.SimpleNamespace(load=load))
+    monkeypatch.setattr("gpt2np.generation._models", {})
+    a = gpt2np.generate([1, 2], model="tiny", max_new_tokens=3, temperature=0)
+    b = gpt2np.generate([1, 2], model="tiny", max_new_tokens=3, temperature=0)
+    gpt2np.generate([1, 2], model="tiny", max_new_tokens=3, temperature=0, dtype=np.float64)
+    assert a == b == generate([1, 2], tiny_model, max_new_tokens=3, temperature=0)
+    assert loads == [("tiny", None), ("tiny", np.float64)]
+    with pytest.raises(TypeError):
+        gpt2np.generate([1, 2], model=3)
+
+
+# -- OpenAI's weights ----------------------------------------------------------------------------
+
+SEVEN_FILES = (
+    "checkpoint",
+    "encoder.json",
+    "hparams.json",
+    "model.ckpt.data-00000-of-00001",
+    "model.ckpt.index",
+    "model.ckpt.meta",
+    "vocab.bpe",
+)
+
+
+def real_124m_dir() -> pathlib.Path:
+    home = pathlib.Path(os.environ.get("GPT2NP_HOME", pathlib.Path.home() / ".cache" / "gpt2np"))
+    directory = home / "models" / "124M"
+    missing = [f for f in SEVEN_FILES if not (directory / f).is_file()]
+    if missing:
+        pytest.skip(f"OpenAI's 124M files are not in {directory} (missing {', '.join(missing)})")
+    return directory
+
+
+@pytest.mark.real_weights
+@pytest.mark.slow
+def test_real_124m_greedy_the_dog():
+    directory = real_124m_dir()
+    api = pytest.importorskip("gpt2np.api", reason="gpt2np.api (the loader) is not there yet")
+    model = api.load(str(directory))
+    expected = [373, 1043, 287, 257, 2214, 1474, 262, 16246, 286, 2688, 290, 2688, 27262, 13]
+    expected += [198, 198, 464, 3290]
+    assert generate([464, 3290], model, max_new_tokens=18, temperature=0) == expected
+    text = generate("The dog", model, max_new_tokens=18, temperature=0)
+    assert (
+        text == " was found in a field near the intersection of West and West Streets.\n\nThe dog"
+    )
