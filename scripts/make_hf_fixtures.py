@@ -7,7 +7,8 @@ with random weights (config.json + model.safetensors, keys exactly as this trans
 writes them; lm_head is tied and therefore not stored). ``expected.npz`` holds the
 torch model's state_dict exported with NumPy (HF names, including the tied lm_head.weight),
 and ``logits.npz`` the logits torch computes for a few token ids, so the load can be checked
-end to end without torch.
+end to end without torch. ``noprefix/`` is the same model's ``GPT2Model`` saved alone (keys
+without ``transformer.``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,14 @@ def main() -> None:
     for extra in os.listdir(out):  # keep only what the test needs
         if extra not in ("config.json", "model.safetensors"):
             os.remove(os.path.join(out, extra))
+    # GPT2Model (no LM head) writes the same weights without the ``transformer.`` prefix.
+    bare = os.path.join(OUT, "noprefix")
+    if os.path.exists(bare):
+        shutil.rmtree(bare)
+    model.transformer.save_pretrained(bare, safe_serialization=True)
+    for extra in os.listdir(bare):
+        if extra not in ("config.json", "model.safetensors"):
+            os.remove(os.path.join(bare, extra))
     state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
     np.savez(os.path.join(out, "expected.npz"), **state)
     ids = np.array([[3, 1, 4, 1, 5, 9, 2, 6], [5, 3, 5, 8, 9, 7, 9, 3]])

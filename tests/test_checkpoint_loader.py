@@ -1,0 +1,332 @@
+"""load_dir, the conversion cache and save: OpenAI-layout and HF-layout directories written by
+TensorFlow and transformers (scripts/make_tf_fixtures.py, scripts/make_hf_fixtures.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+
+import gpt2np
+from gpt2np import CheckpointError
+from gpt2np.checkpoint import load_dir, read_safetensors, save, write_safetensors
+from gpt2np.params import flatten
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+TF_SMALL = FIXTURES / "tf" / "small"
+HF_SMALL = FIXTURES / "hf" / "small"
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    """Keep every cache of these tests inside tmp_path."""
+    monkeypatch.setenv("GPT2NP_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def npz(path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+def assert_matches_openai(model, expected):
+    """Every params tensor equals the TF value with the leading 1 squeezed."""
+    flat = flatten(model.params)
+    assert len(flat) == len(expected)
+    for name, a in flat.items():
+        parts = name.split(".")
+        if parts[0] == "blocks":
+            parts = [f"h{parts[1]}", *parts[2:]]
+        want = expected["model/" + "/".join(parts)]
+        np.testing.assert_array_equal(a, want[0] if want.ndim == 3 else want, err_msg=name)
+
+
+def copy(tmp_path, src, name="m") -> pathlib.Path:
+    out = tmp_path / name
+    shutil.copytree(src, out)
+    return out
+
+
+# --- OpenAI's layout and the cache ------------------------------------------------------------
+
+
+def test_openai_dir_loads_weights_hparams_and_tokenizer(home):
+    model = load_dir(TF_SMALL)
+    assert model.hparams == gpt2np.HParams(n_vocab=260, n_ctx=16, n_embd=16, n_head=2, n_layer=2)
+    assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
+    assert model.params["blocks"][0]["attn"]["c_attn"]["w"].shape == (16, 48)
+    # The directory's own vocabulary: 256 bytes + merges "Ġt", "he", "Ġthe".
+    assert model.tokenizer.encode(" the") == [258]
+    assert os.listdir(home / "cache")  # converted into the default cache
+
+
+def test_sharded_openai_dir():
+    assert_matches_openai(
+        load_dir(FIXTURES / "tf" / "sharded"), npz(FIXTURES / "tf/sharded/expected.npz")
+    )
+
+
+def test_second_load_memory_maps_the_cache(tmp_path):
+    cache = tmp_path / "c"
+    first = load_dir(TF_SMALL, cache_dir=cache)
+    (entry,) = os.listdir(cache)
+    assert sorted(os.listdir(cache / entry)) == ["config.json", "model.safetensors"]
+    second = load_dir(TF_SMALL, cache_dir=cache)
+    for name, a in flatten(second.params).items():
+        assert not a.flags.writeable and not a.flags.owndata, name  # a view of the map
+        np.testing.assert_array_equal(a, flatten(first.params)[name])
+    # The cache entry is itself an HF directory.
+    cached = load_dir(cache / entry)
+    np.testing.assert_array_equal(cached.params["wte"], first.params["wte"])
+
+
+def test_changed_checkpoint_is_not_served_stale(tmp_path):
+    d = copy(tmp_path, TF_SMALL)
+    cache = tmp_path / "c"
+    load_dir(d, cache_dir=cache)
+    # Replace the checkpoint with another one (same hparams): the sharded fixture's tensors.
+    for f in d.glob("model.ckpt*"):
+        f.unlink()
+    other = FIXTURES / "tf" / "sharded"
+    for f in other.glob("model.ckpt*"):
+        shutil.copy(f, d / f.name)
+    model = load_dir(d, cache_dir=cache)
+    assert_matches_openai(model, npz(other / "expected.npz"))
+    assert len(os.listdir(cache)) == 2
+
+
+def test_data_file_rewritten_in_place_is_not_served_stale(tmp_path):
+    d = copy(tmp_path, TF_SMALL)
+    cache = tmp_path / "c"
+    load_dir(d, cache_dir=cache)
+    data = d / "model.ckpt.data-00000-of-00001"
+    blob = bytearray(data.read_bytes())
+    blob[100] ^= 1
+    data.write_bytes(bytes(blob))
+    st = os.stat(data)
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    with pytest.raises(CheckpointError, match="checksum mismatch"):
+        load_dir(d, cache_dir=cache)
+
+
+def test_use_cache_false_writes_nothing(tmp_path, home):
+    model = load_dir(TF_SMALL, use_cache=False)
+    assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
+    assert not (home / "cache").exists()
+
+
+def test_interrupted_conversion_leaves_no_entry(tmp_path, monkeypatch):
+    from gpt2np.checkpoint import cache as cache_module
+
+    cache = tmp_path / "c"
+
+    def interrupted(path, tensors, metadata=None):
+        with open(path, "wb") as f:
+            f.write(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cache_module, "write_safetensors", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        load_dir(TF_SMALL, cache_dir=cache)
+    assert os.listdir(cache) == []
+    monkeypatch.undo()
+    monkeypatch.setenv("GPT2NP_HOME", str(tmp_path / "home"))
+    load_dir(TF_SMALL, cache_dir=cache)
+    assert len(os.listdir(cache)) == 1
+
+
+def test_dtype_cast():
+    assert load_dir(TF_SMALL, dtype=np.float64).dtype == np.float64
+
+
+def test_hparams_missing_key(tmp_path):
+    d = copy(tmp_path, TF_SMALL)
+    (d / "hparams.json").write_text(json.dumps({"n_vocab": 260, "n_ctx": 16, "n_embd": 16}))
+    with pytest.raises(CheckpointError, match=r"hparams\.json.*n_head"):
+        load_dir(d)
+
+
+def test_hparams_disagreeing_with_shapes_names_tensor(tmp_path):
+    d = copy(tmp_path, TF_SMALL)
+    (d / "hparams.json").write_text(
+        json.dumps({"n_vocab": 260, "n_ctx": 16, "n_embd": 16, "n_head": 2, "n_layer": 3})
+    )
+    with pytest.raises(CheckpointError, match=r"no tensor model/h2/ln_1/g"):
+        load_dir(d)
+    (d / "hparams.json").write_text(
+        json.dumps({"n_vocab": 300, "n_ctx": 16, "n_embd": 16, "n_head": 2, "n_layer": 2})
+    )
+    with pytest.raises(CheckpointError, match=r"model/wte.*\[260, 16\].*\[300, 16\]"):
+        load_dir(d)
+
+
+def test_missing_hparams_and_bad_json(tmp_path):
+    d = copy(tmp_path, TF_SMALL)
+    (d / "hparams.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match=r"hparams\.json"):
+        load_dir(d)
+    (d / "hparams.json").unlink()
+    with pytest.raises(CheckpointError, match=r"missing .*hparams\.json"):
+        load_dir(d)
+
+
+def test_checkpoint_file_naming_another_machine(tmp_path):
+    d = copy(tmp_path, TF_SMALL)
+    (d / "checkpoint").write_text('model_checkpoint_path: "/elsewhere/models/model.ckpt"\n')
+    assert load_dir(d, use_cache=False).hparams.n_layer == 2
+    (d / "checkpoint").write_text('model_checkpoint_path: "other.ckpt"\n')
+    with pytest.raises(CheckpointError, match=r"other\.ckpt"):
+        load_dir(d)
+
+
+def test_truncated_checkpoint_through_load_dir(tmp_path):
+    d = copy(tmp_path, TF_SMALL)
+    data = d / "model.ckpt.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match=r"data-00000-of-00001 is truncated: tensor model/"):
+        load_dir(d)
+
+
+def test_empty_and_missing_directory(tmp_path):
+    with pytest.raises(CheckpointError, match="empty"):
+        load_dir(tmp_path)
+    with pytest.raises(CheckpointError, match="no such"):
+        load_dir(tmp_path / "absent")
+    (tmp_path / "readme.txt").write_text("hi")
+    with pytest.raises(CheckpointError, match="neither"):
+        load_dir(tmp_path)
+
+
+def test_empty_index_through_load_dir(tmp_path):
+    d = copy(tmp_path, TF_SMALL)
+    (d / "model.ckpt.index").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"model\.ckpt\.index"):
+        load_dir(d)
+
+
+# --- HF's layout ------------------------------------------------------------------------------
+
+
+def test_hf_dir_gives_the_logits_torch_computed():
+    model = load_dir(HF_SMALL)
+    ref = npz(HF_SMALL / "logits.npz")
+    logits, _ = model.forward(ref["ids"])
+    np.testing.assert_allclose(logits, ref["logits"], atol=1e-5, rtol=1e-5)
+    want = npz(HF_SMALL / "expected.npz")
+    np.testing.assert_array_equal(model.params["blocks"][1]["mlp"]["c_fc"]["w"],
+                                  want["transformer.h.1.mlp.c_fc.weight"])  # fmt: skip
+
+
+def test_hf_keys_without_prefix_and_safetensors_file_path(tmp_path):
+    bare = load_dir(FIXTURES / "hf" / "noprefix")
+    by_file = load_dir(HF_SMALL / "model.safetensors")
+    for name, a in flatten(bare.params).items():
+        np.testing.assert_array_equal(a, flatten(by_file.params)[name], err_msg=name)
+
+
+def hf_copy_with(tmp_path, change):
+    d = copy(tmp_path, HF_SMALL)
+    tensors = {k: np.array(v) for k, v in read_safetensors(d / "model.safetensors").items()}
+    change(tensors)
+    write_safetensors(d / "model.safetensors", tensors)
+    return d
+
+
+def test_hf_tied_lm_head_and_mask_buffers_are_accepted(tmp_path):
+    def add(t):
+        t["lm_head.weight"] = t["transformer.wte.weight"].copy()
+        t["transformer.h.0.attn.bias"] = np.tril(np.ones((1, 1, 16, 16), np.float32))
+        t["transformer.h.0.attn.masked_bias"] = np.array(-1e4, np.float32)
+
+    load_dir(hf_copy_with(tmp_path, add))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda t: t.update({"lm_head.weight": t["transformer.wte.weight"] + 1}), "lm_head"),
+        (lambda t: t.pop("transformer.h.1.ln_2.bias"), r"no tensor h\.1\.ln_2\.bias"),
+        (lambda t: t.update({"score.weight": np.zeros(2, np.float32)}), "score.weight"),
+        (lambda t: t.update({"h.0.ln_1.weight": t["transformer.h.0.ln_1.weight"]}), "twice"),
+        (
+            lambda t: t.update({"transformer.wpe.weight": np.zeros((8, 16), np.float32)}),
+            r"wpe\.weight.*\[8, 16\]",
+        ),
+    ],
+)
+def test_hf_bad_tensors(tmp_path, change, message):
+    with pytest.raises(CheckpointError, match=message):
+        load_dir(hf_copy_with(tmp_path, change))
+
+
+def test_hf_config_problems(tmp_path):
+    d = copy(tmp_path, HF_SMALL)
+    config = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**config, "activation_function": "relu"}))
+    with pytest.raises(CheckpointError, match="activation_function"):
+        load_dir(d)
+    (d / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "n_embd"}))
+    with pytest.raises(CheckpointError, match="n_embd"):
+        load_dir(d)
+    (d / "config.json").unlink()
+    with pytest.raises(CheckpointError, match=r"missing .*config\.json"):
+        load_dir(d)
+
+
+@pytest.mark.parametrize("name", ["pytorch_model.bin", "model.pt", "weights.pth", "model.ckpt"])
+def test_pickle_files_are_refused(tmp_path, name):
+    # A pickle whose loading would run code; it must never be opened as a pickle.
+    payload = b"\x80\x04cos\nsystem\n(S'touch pwned'\ntR."
+    (tmp_path / name).write_bytes(payload)
+    with pytest.raises(CheckpointError, match="never unpickles"):
+        load_dir(tmp_path)
+    with pytest.raises(CheckpointError, match="never unpickles"):
+        load_dir(tmp_path / name)
+    assert not (tmp_path / "pwned").exists()
+
+
+# --- save -------------------------------------------------------------------------------------
+
+
+def test_save_then_load_gives_identical_arrays(tmp_path):
+    model = load_dir(TF_SMALL)
+    save(model, tmp_path / "out")
+    assert sorted(os.listdir(tmp_path / "out")) == ["config.json", "model.safetensors"]
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["model_type"] == "gpt2" and config["architectures"] == ["GPT2LMHeadModel"]
+    assert (config["vocab_size"], config["n_positions"], config["n_embd"]) == (260, 16, 16)
+    keys = set(read_safetensors(tmp_path / "out" / "model.safetensors"))
+    assert "wte.weight" in keys and "h.0.attn.c_attn.weight" in keys
+    back = load_dir(tmp_path / "out")
+    assert back.hparams == model.hparams
+    for name, a in flatten(model.params).items():
+        b = flatten(back.params)[name]
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    assert gpt2np.save is save
+
+
+def test_save_random_model_round_trip(tmp_path):
+    hp = gpt2np.HParams(n_vocab=50, n_ctx=8, n_embd=12, n_head=3, n_layer=1)
+    model = gpt2np.GPT2(hp, gpt2np.init_params(hp, seed=3))
+    save(model, tmp_path)
+    back = load_dir(tmp_path)
+    ids = np.array([[1, 2, 3, 4]])
+    np.testing.assert_array_equal(back.forward(ids)[0], model.forward(ids)[0])
+
+
+@pytest.mark.oracle
+def test_transformers_loads_what_save_wrote(tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = load_dir(TF_SMALL)
+    save(model, tmp_path)
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).eval()
+    ids = np.array([[5, 9, 200, 17, 3, 259, 0, 42]])
+    with torch.no_grad():
+        hf_logits = hf(torch.from_numpy(ids)).logits.numpy()
+    np.testing.assert_allclose(hf_logits, model.forward(ids)[0], atol=1e-4, rtol=1e-4)
