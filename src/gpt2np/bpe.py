@@ -28,7 +28,15 @@ import regex
 
 from .errors import CheckpointError
 
-__all__ = ["PATTERN", "bpe", "bytes_to_unicode", "merge_pair", "parse_encoder", "parse_merges"]
+__all__ = [
+    "PATTERN",
+    "bpe",
+    "bytes_to_unicode",
+    "merge_pair",
+    "parse_encoder",
+    "parse_merges",
+    "read_file",
+]
 
 Pair = tuple[str, str]
 
@@ -109,10 +117,10 @@ def parse_encoder(data: bytes, name: str) -> dict[str, int]:
     bad = next((i for i, c in counts.items() if c > 1 or not 0 <= i < n), None)
     if bad is not None:  # n distinct ids in [0, n) are exactly 0 … n-1
         raise CheckpointError(f"{name}: ids must be 0 … {n - 1}, each once; id {bad} is not")
-    missing = [s for s in bytes_to_unicode().values() if s not in encoder]
+    alphabet = set(bytes_to_unicode().values())
+    missing = sorted(alphabet - encoder.keys())
     if missing:
         raise CheckpointError(f"{name}: no token for the byte symbol(s) {missing[:5]}")
-    alphabet = set(bytes_to_unicode().values())
     for token in encoder:
         if token != "<|endoftext|>" and not alphabet.issuperset(token):
             raise CheckpointError(f"{name}: token {token!r} is not written in the byte alphabet")
