@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from .api import load
 from .checkpoint import save
+from .diff import CompareReport, compare
 from .download import download
 from .errors import CheckpointError, DownloadError
 from .generation import generate
+from .golden import dump
 from .hparams import HPARAMS, MODEL_NAMES, HParams
 from .model import GPT2, KVCache, forward
 from .params import init_params
 from .scoring import Score
 from .tokenizer import Tokenizer
+from .trace import Trace
 
 __version__ = "0.1.0"
 
@@ -27,13 +30,17 @@ __all__ = [
     "HPARAMS",
     "MODEL_NAMES",
     "CheckpointError",
+    "CompareReport",
     "DownloadError",
     "HParams",
     "KVCache",
     "Score",
     "Tokenizer",
+    "Trace",
     "__version__",
+    "compare",
     "download",
+    "dump",
     "forward",
     "generate",
     "init_params",
