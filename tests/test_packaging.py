@@ -1,0 +1,68 @@
+"""The package keeps its promises: four runtime dependencies, a public API, a clean lint."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import gpt2np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TEST_ONLY = (
+    "torch",
+    "transformers",
+    "tensorflow",
+    "tiktoken",
+    "hypothesis",
+    "pytest",
+    "safetensors",
+)
+
+
+def test_importing_every_module_pulls_in_no_test_only_package() -> None:
+    modules = sorted(
+        "gpt2np." + ".".join(p.relative_to(ROOT / "src" / "gpt2np").with_suffix("").parts)
+        for p in (ROOT / "src" / "gpt2np").rglob("*.py")
+        if p.name not in ("__init__.py", "__main__.py")
+    )
+    code = (
+        "import sys, importlib\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        f"print(sorted(n for n in {TEST_ONLY!r} if n in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_runtime_dependencies_are_the_four() -> None:
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        pytest.skip("tomllib needs Python 3.11")
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        deps = tomllib.load(f)["project"]["dependencies"]
+    names = sorted(d.split(">")[0].split("=")[0].split("<")[0].strip() for d in deps)
+    assert names == ["numpy", "regex", "requests", "tqdm"]
+
+
+def test_public_api() -> None:
+    for name in gpt2np.__all__:
+        assert hasattr(gpt2np, name), name
+    assert issubclass(gpt2np.CheckpointError, ValueError)
+    assert issubclass(gpt2np.DownloadError, OSError)
+    for name in ("load", "generate", "download", "save", "Tokenizer", "GPT2", "HParams"):
+        assert name in gpt2np.__all__
+
+
+@pytest.mark.skipif(shutil.which("ruff") is None and not (ROOT / ".venv/bin/ruff").exists(),
+                    reason="ruff is not installed (it comes with the test extra)")  # fmt: skip
+@pytest.mark.parametrize("command", [["check"], ["format", "--check"]])
+def test_ruff(command: list[str]) -> None:
+    ruff = shutil.which("ruff") or str(ROOT / ".venv/bin/ruff")
+    out = subprocess.run([ruff, *command, "src", "tests", "scripts"], cwd=ROOT,
+                         capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
