@@ -23,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from typing import Optional, Union
 
 import numpy as np
+from tqdm import tqdm
 
 from .model import GPT2
 
@@ -64,11 +65,13 @@ def score(
     text_or_ids: Union[str, Sequence[int], np.ndarray],
     stride: Optional[int] = None,
     max_len: Optional[int] = None,
+    progress: bool = False,
 ) -> Score:
     """Score a text (encoded with the model's tokenizer) or 1-D token ids (at least 2 tokens).
 
     max_len: window length in tokens, 2 … n_ctx (default n_ctx). stride: how far each window
-    moves, 1 … max_len - 1 (default max_len // 2). Raises ValueError/TypeError for bad input.
+    moves, 1 … max_len - 1 (default max_len // 2). progress: a tqdm bar over the windows on
+    stderr. Raises ValueError/TypeError for bad input.
     """
     ids = _ids(model, text_or_ids)
     max_len = model.hparams.n_ctx if max_len is None else max_len
@@ -78,7 +81,8 @@ def score(
 
     logprobs = np.empty(len(ids) - 1, dtype=np.float64)
     context = np.empty(len(ids) - 1, dtype=np.int64)
-    for begin, end, first in windows(len(ids), max_len, stride):
+    spans = list(windows(len(ids), max_len, stride))
+    for begin, end, first in tqdm(spans, "scoring", unit="window", disable=not progress):
         logits, _ = model.forward(ids[begin:end])  # [W, V]
         rows = logits[first - 1 - begin : end - 1 - begin].astype(np.float64)  # predict first…end-1
         lse = _logsumexp(rows)  # [n]

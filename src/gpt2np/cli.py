@@ -1,0 +1,363 @@
+"""The ``gpt2np`` command (also ``python -m gpt2np``).
+
+    gpt2np generate "Alan Turing theorized" --max-new-tokens 40 --temperature 0
+    gpt2np score essay.txt            (or - for stdin): tokens, NLL, perplexity
+    gpt2np tokenize "Hello world"     -> 15496 995
+    gpt2np detokenize "15496 995"     -> Hello world      (commas work too)
+    gpt2np download 124M              -> $GPT2NP_HOME/models/124M
+    gpt2np convert models/124M out/   -> HF config.json + model.safetensors
+    gpt2np info --model 124M          hparams, parameter count, dtype, where the files are
+    gpt2np dump / compare             golden files for ports (gpt2np/cli_trace.py)
+
+``--model`` takes a published name (downloaded on first use) or a directory. A mistake the user
+can make (bad flag value, missing model, bad file, network failure, Ctrl-C) prints one line
+``gpt2np: error: ...`` on stderr and exits non-zero; set GPT2NP_DEBUG=1 for the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import pathlib
+import sys
+from collections.abc import Sequence
+from typing import Any, Optional
+
+__all__ = ["build_parser", "main"]
+
+EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error (argparse's default prints the whole usage first)."""
+
+    def error(self, message: str) -> Any:
+        sys.stderr.write(f"gpt2np: error: {message} (see '{self.prog} --help')\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Parse ``argv`` (default sys.argv[1:]), run the subcommand, return its exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    from .errors import CheckpointError, DownloadError
+
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        if _debug():
+            raise
+        sys.stderr.write("\ngpt2np: error: interrupted\n")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `gpt2np generate ... | head -c 10`: not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (ValueError, TypeError, OSError, CheckpointError, DownloadError) as e:
+        if _debug():
+            raise
+        message = " ".join(str(e).split()) or type(e).__name__  # one line
+        sys.stderr.write(f"gpt2np: error: {message}\n")
+        return EXIT_ERROR
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand (dump/compare when cli_trace is present)."""
+    parser = _Parser(prog="gpt2np", description="GPT-2 inference in pure NumPy.")
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"gpt2np {__version__}")
+    sub = parser.add_subparsers(title="commands", metavar="COMMAND")
+    _add_generate(sub)
+    _add_score(sub)
+    _add_tokenize(sub)
+    _add_download(sub)
+    _add_convert(sub)
+    _add_info(sub)
+    if importlib.util.find_spec(f"{__package__}.cli_trace") is not None:
+        from . import cli_trace
+
+        cli_trace.add_parsers(sub)
+    return parser
+
+
+# -- flag types: argparse turns an ArgumentTypeError into "argument --x: message" -----------------
+
+
+def _nonneg_int(text: str) -> int:
+    value = _parse(int, text, "an integer")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _pos_int(text: str) -> int:
+    value = _parse(int, text, "an integer")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _temperature(text: str) -> float:
+    value = _parse(float, text, "a number")
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (0 is greedy), got {text}")
+    return value
+
+
+def _top_p(text: str) -> float:
+    value = _parse(float, text, "a number")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1] (1 is off), got {text}")
+    return value
+
+
+def _parse(kind: type, text: str, what: str) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+
+
+def _add_model_args(p: argparse.ArgumentParser, dtype: bool = True) -> None:
+    p.add_argument(
+        "--model",
+        default="124M",
+        metavar="NAME_OR_DIR",
+        help="published name (124M, 355M, 774M, 1558M; downloaded on first use) or a model "
+        "directory (OpenAI's release, or HF config.json + model.safetensors); default 124M",
+    )
+    if dtype:
+        p.add_argument(
+            "--dtype", choices=["float32", "float64"], help="compute dtype (default float32)"
+        )
+
+
+# -- generate ----------------------------------------------------------------------------------
+
+
+def _add_generate(sub: Any) -> None:
+    p = sub.add_parser(
+        "generate",
+        help="continue a prompt, streaming the text to stdout",
+        description="Continue PROMPT and stream the new text to stdout. <|endoftext|> ends it.",
+    )
+    p.add_argument("prompt", metavar="PROMPT")
+    _add_model_args(p)
+    p.add_argument("--max-new-tokens", type=_nonneg_int, default=50, help="default %(default)s")
+    p.add_argument(
+        "--temperature", type=_temperature, default=1.0, help="0 is greedy; default %(default)s"
+    )
+    p.add_argument("--top-k", type=_nonneg_int, default=0, help="0 (default) is off")
+    p.add_argument("--top-p", type=_top_p, default=1.0, help="nucleus mass; 1 (default) is off")
+    p.add_argument("--seed", type=_nonneg_int, help="makes sampling reproducible")
+    p.add_argument(
+        "--stop",
+        action="append",
+        metavar="TEXT",
+        help="end at this text, which is not printed (repeatable)",
+    )
+    p.add_argument(
+        "--context",
+        choices=["error", "slide"],
+        default="error",
+        help="past n_ctx tokens: error (default), or slide to keep the last n_ctx",
+    )
+    p.set_defaults(func=run_generate)
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    model = _load(args.model, args.dtype)
+    pieces = model.generate(
+        args.prompt,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        stop=args.stop,
+        stream=True,
+        context=args.context,
+    )
+    for piece in pieces:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    return 0
+
+
+# -- score -------------------------------------------------------------------------------------
+
+
+def _add_score(sub: Any) -> None:
+    p = sub.add_parser(
+        "score",
+        help="NLL and perplexity of a text file",
+        description="Score FILE (UTF-8 text; - reads stdin): print the number of tokens, the "
+        "NLL in nats and the perplexity. Texts longer than the context use a strided sliding "
+        "window.",
+    )
+    p.add_argument("file", metavar="FILE", help="a text file, or - for stdin")
+    _add_model_args(p)
+    p.add_argument("--stride", type=_pos_int, help="window step (default: window // 2)")
+    p.add_argument("--max-len", type=_pos_int, help="window length (default: n_ctx)")
+    p.add_argument(
+        "--per-token", action="store_true", help="also print each token's log-prob and context"
+    )
+    p.set_defaults(func=run_score)
+
+
+def run_score(args: argparse.Namespace) -> int:
+    if args.file == "-":
+        text = sys.stdin.read()
+    else:
+        text = pathlib.Path(args.file).read_text(encoding="utf-8")
+    model = _load(args.model, args.dtype)
+    from .scoring import score
+
+    result = score(
+        model, text, stride=args.stride, max_len=args.max_len, progress=sys.stderr.isatty()
+    )
+    if args.per_token:
+        tok = model.tokenizer
+        for i, (lp, ctx) in enumerate(zip(result.token_logprobs, result.context_len), 1):
+            token = tok.decode([int(result.ids[i])])
+            print(f"{int(result.ids[i])}\t{token!r}\t{lp:.6f}\t{int(ctx)}")
+    print(f"tokens      {result.n_tokens} ({result.n_scored} scored)")
+    print(f"nll         {result.nll:.6f} nats ({result.mean_nll:.6f} per token)")
+    print(f"perplexity  {result.perplexity:.6f}")
+    return 0
+
+
+# -- tokenize / detokenize ---------------------------------------------------------------------
+
+
+def _add_tokenize(sub: Any) -> None:
+    p = sub.add_parser("tokenize", help="print the token ids of TEXT (GPT-2's vocabulary)")
+    p.add_argument("text", metavar="TEXT")
+    p.add_argument(
+        "--allow-special",
+        action="store_true",
+        help="encode <|endoftext|> as the special token (otherwise it is an error)",
+    )
+    p.set_defaults(func=run_tokenize)
+    d = sub.add_parser("detokenize", help="print the text of token ids")
+    d.add_argument("ids", metavar="IDS", nargs="+", help='e.g. "15496 995" or 15496,995')
+    d.set_defaults(func=run_detokenize)
+
+
+def run_tokenize(args: argparse.Namespace) -> int:
+    from .tokenizer import Tokenizer
+
+    tokenizer = Tokenizer()
+    special = [t for t in tokenizer.special_tokens if t in args.text]
+    if special and not args.allow_special:
+        raise ValueError(
+            f"TEXT contains the special token {special[0]}; pass --allow-special to encode it "
+            "as that token"
+        )
+    allowed = "all" if args.allow_special else ()
+    print(" ".join(map(str, tokenizer.encode(args.text, allowed_special=allowed))))
+    return 0
+
+
+def run_detokenize(args: argparse.Namespace) -> int:
+    from .tokenizer import Tokenizer
+
+    parts = " ".join(args.ids).replace(",", " ").split()
+    if not parts:
+        raise ValueError("no token ids given; e.g. gpt2np detokenize 15496 995")
+    bad = [p for p in parts if not p.lstrip("-").isdigit()]
+    if bad:
+        raise ValueError(f"token ids must be integers, got {bad[0]!r}")
+    sys.stdout.write(Tokenizer().decode([int(p) for p in parts]) + "\n")
+    return 0
+
+
+# -- download / convert / info -----------------------------------------------------------------
+
+
+def _add_download(sub: Any) -> None:
+    p = sub.add_parser("download", help="fetch OpenAI's release files of a model size")
+    p.add_argument("name", metavar="NAME", help="124M, 355M, 774M or 1558M")
+    p.add_argument("--models-dir", help="parent directory (default $GPT2NP_HOME/models)")
+    p.add_argument("--base-url", help="download base (default $GPT2NP_BASE_URL or OpenAI's)")
+    p.set_defaults(func=run_download)
+
+
+def run_download(args: argparse.Namespace) -> int:
+    from .download import download
+
+    print(download(args.name, models_dir=args.models_dir, base_url=args.base_url))
+    return 0
+
+
+def _add_convert(sub: Any) -> None:
+    p = sub.add_parser(
+        "convert",
+        help="write a model as HF config.json + model.safetensors",
+        description="Load SRC (a published name or a directory) and write DST/config.json and "
+        "DST/model.safetensors, loadable by gpt2np and by HF transformers.",
+    )
+    p.add_argument("src", metavar="SRC")
+    p.add_argument("dst", metavar="DST")
+    p.add_argument("--dtype", choices=["float32", "float64"], help="cast the weights")
+    p.set_defaults(func=run_convert)
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    from .checkpoint import save
+
+    model = _load(args.src, args.dtype)
+    save(model, args.dst)
+    print(f"wrote {os.path.join(args.dst, 'config.json')} and model.safetensors ({model!r})")
+    return 0
+
+
+def _add_info(sub: Any) -> None:
+    p = sub.add_parser(
+        "info",
+        help="hparams, parameter count, dtype and where the files are",
+        description="Describe a model. A published name that is not downloaded yet is "
+        "described from its published hparams, without downloading.",
+    )
+    _add_model_args(p, dtype=False)
+    p.set_defaults(func=run_info)
+
+
+def run_info(args: argparse.Namespace) -> int:
+    from .checkpoint.cache import default_cache_dir
+    from .download import MODEL_FILES, model_dir, resolve_name
+    from .hparams import HPARAMS
+
+    path = pathlib.Path(args.model).expanduser()
+    if path.exists():
+        model = _load(args.model, None)
+        hparams, dtype, where = model.hparams, str(model.dtype), str(path.resolve())
+    else:
+        name = resolve_name(args.model)  # ValueError naming the known names
+        directory = model_dir(name)
+        present = all((directory / f).is_file() for f in MODEL_FILES)
+        hparams, dtype = HPARAMS[name], "float32 (as released)"
+        where = f"{directory}" + ("" if present else " (not downloaded)")
+    print(f"model       {args.model}")
+    print(f"files       {where}")
+    print(f"cache       {default_cache_dir()}")
+    for key, value in hparams.to_dict().items():
+        print(f"{key:<11} {value}")
+    print(f"parameters  {hparams.n_params:,}")
+    print(f"dtype       {dtype}")
+    return 0
+
+
+def _load(name_or_dir: str, dtype: Optional[str]) -> Any:
+    from .api import load
+
+    return load(name_or_dir, dtype=dtype)
+
+
+def _debug() -> bool:
+    return os.environ.get("GPT2NP_DEBUG", "") not in ("", "0")

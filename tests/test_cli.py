@@ -1,0 +1,177 @@
+"""The gpt2np command end to end in a subprocess (``python -m gpt2np``), with a small
+random-weights model saved to a directory, plus in-process checks of the error handling."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpt2np
+from gpt2np import cli
+from gpt2np.checkpoint import save
+from gpt2np.generation import generate
+from gpt2np.scoring import score
+
+
+@pytest.fixture(scope="module")
+def model() -> gpt2np.GPT2:
+    hparams = gpt2np.HParams(n_vocab=50257, n_ctx=64, n_embd=16, n_head=2, n_layer=1)
+    return gpt2np.GPT2(hparams, gpt2np.init_params(hparams, seed=4, std=0.3))
+
+
+@pytest.fixture(scope="module")
+def model_dir(model, tmp_path_factory) -> pathlib.Path:
+    directory = tmp_path_factory.mktemp("cli") / "tiny"
+    save(model, directory)
+    return directory
+
+
+@pytest.fixture
+def home(tmp_path) -> pathlib.Path:
+    return tmp_path / "home"
+
+
+def run(*args: str, home: pathlib.Path, stdin: str = "", debug: bool = False):
+    env = dict(os.environ, PYTHONIOENCODING="utf-8", GPT2NP_HOME=str(home))
+    env.pop("GPT2NP_DEBUG", None)
+    if debug:
+        env["GPT2NP_DEBUG"] = "1"
+    return subprocess.run(
+        [sys.executable, "-m", "gpt2np", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=env,
+        timeout=120,
+    )
+
+
+def assert_one_line_error(proc, code: int, *words: str) -> None:
+    assert proc.returncode == code, proc
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpt2np: error: "), proc.stderr
+    assert "Traceback" not in proc.stderr
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+
+
+def test_tokenize_and_detokenize(home):
+    assert run("tokenize", "Hello world", home=home).stdout == "15496 995\n"
+    assert run("detokenize", "15496 995", home=home).stdout == "Hello world\n"
+    assert run("detokenize", "15496,995", home=home).stdout == "Hello world\n"
+    assert run("detokenize", "15496", "995", home=home).stdout == "Hello world\n"
+    special = run("tokenize", "a<|endoftext|>", "--allow-special", home=home)
+    assert special.stdout == "64 50256\n"
+    assert_one_line_error(run("tokenize", "a<|endoftext|>", home=home), 1, "--allow-special")
+    assert_one_line_error(run("detokenize", "15496,x", home=home), 1, "'x'")
+    assert_one_line_error(run("detokenize", "99999", home=home), 1, "99999")
+
+
+def test_generate_streams_what_generate_returns(model, model_dir, home):
+    kw = dict(max_new_tokens=12, temperature=0)
+    expected = generate("The dog", model, **kw)
+    proc = run("generate", "The dog", "--model", str(model_dir), "--max-new-tokens", "12",
+               "--temperature", "0", home=home)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == expected + "\n"
+    sampled = ("--temperature", "0.9", "--top-k", "20", "--top-p", "0.9", "--seed", "7")
+    a = run("generate", "The dog", "--model", str(model_dir), *sampled, home=home)
+    b = run("generate", "The dog", "--model", str(model_dir), *sampled, home=home)
+    assert a.returncode == 0 and a.stdout == b.stdout
+    want = generate("The dog", model, max_new_tokens=50, temperature=0.9, top_k=20, top_p=0.9,
+                    seed=7)  # fmt: skip
+    assert a.stdout == want + "\n"
+
+
+def test_generate_stop(model, model_dir, home):
+    full = generate("Once", model, max_new_tokens=20, temperature=0)
+    stop = full[4:7]
+    flags = ("--temperature", "0", "--max-new-tokens", "20", "--stop", "\x01never", "--stop", stop)
+    proc = run("generate", "Once", "--model", str(model_dir), *flags, home=home)
+    assert proc.stdout == full[: full.find(stop)] + "\n"
+
+
+def test_score_file_and_stdin(model, model_dir, home, tmp_path):
+    text = "It was a bright cold day in April, and the clocks were striking thirteen. " * 3
+    expected = score(model, text)
+    path = tmp_path / "text.txt"
+    path.write_text(text, encoding="utf-8")
+    for proc in (
+        run("score", str(path), "--model", str(model_dir), home=home),
+        run("score", "-", "--model", str(model_dir), stdin=text, home=home),
+    ):
+        assert proc.returncode == 0, proc.stderr
+        fields = {line.split()[0]: line.split()[1] for line in proc.stdout.splitlines()}
+        assert int(fields["tokens"]) == expected.n_tokens
+        assert float(fields["nll"]) == pytest.approx(expected.nll, abs=1e-5)
+        assert float(fields["perplexity"]) == pytest.approx(expected.perplexity, rel=1e-5)
+    assert_one_line_error(run("score", "-", "--model", str(model_dir), home=home), 1, "2 tokens")
+    assert_one_line_error(
+        run("score", str(tmp_path / "missing.txt"), "--model", str(model_dir), home=home),
+        1,
+        "missing.txt",
+    )
+
+
+def test_info_convert(model, model_dir, home, tmp_path):
+    proc = run("info", "--model", str(model_dir), home=home)
+    assert proc.returncode == 0, proc.stderr
+    assert "n_vocab     50257" in proc.stdout and "n_embd      16" in proc.stdout
+    assert f"parameters  {model.hparams.n_params:,}" in proc.stdout
+    assert "float32" in proc.stdout and str(model_dir.resolve()) in proc.stdout
+    named = run("info", home=home)  # the default 124M, not downloaded: described, not fetched
+    assert "parameters  124,439,808" in named.stdout and "(not downloaded)" in named.stdout
+    assert str(home / "models" / "124M") in named.stdout
+
+    out = tmp_path / "converted"
+    proc = run("convert", str(model_dir), str(out), "--dtype", "float64", home=home)
+    assert proc.returncode == 0, proc.stderr
+    again = gpt2np.load(str(out))
+    assert again.dtype == np.float64
+    np.testing.assert_array_equal(again.params["wte"], model.params["wte"].astype(np.float64))
+
+
+def test_user_errors_are_one_line(model_dir, home):
+    assert_one_line_error(
+        run("generate", "hi", "--model", "/no/such/dir", home=home), 1, "/no/such"
+    )
+    assert_one_line_error(run("generate", "hi", "--model", "999M", home=home), 1, "999M")
+    assert_one_line_error(run("generate", "hi", "--temperature", "-1", home=home), 2, "temperature")
+    assert_one_line_error(run("generate", "hi", "--top-k", "x", home=home), 2, "--top-k")
+    assert_one_line_error(run("nosuchcommand", home=home), 2)
+    too_long = ("--max-new-tokens", "100", "--temperature", "0")
+    assert_one_line_error(
+        run("generate", "hi", "--model", str(model_dir), *too_long, home=home), 1, "n_ctx"
+    )
+    debug = run("generate", "hi", "--model", "/no/such/dir", home=home, debug=True)
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_interrupt_and_subcommands_in_process(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "run_tokenize", interrupted)
+    monkeypatch.delenv("GPT2NP_DEBUG", raising=False)
+    assert cli.main(["tokenize", "x"]) == 130
+    assert capsys.readouterr().err.strip() == "gpt2np: error: interrupted"
+
+    calls = []
+    fake = lambda name, **kw: calls.append((name, kw)) or "/m/124M"  # noqa: E731
+    monkeypatch.setattr(sys.modules["gpt2np.download"], "download", fake)
+    assert cli.main(["download", "124M", "--base-url", "http://example.invalid"]) == 0
+    assert capsys.readouterr().out == "/m/124M\n"
+    assert calls == [("124M", {"models_dir": None, "base_url": "http://example.invalid"})]
+
+    commands = cli.build_parser()._subparsers._group_actions[0].choices
+    assert {"generate", "score", "tokenize", "detokenize", "download", "convert", "info"} <= set(
+        commands
+    )
+    if __import__("importlib").util.find_spec("gpt2np.cli_trace"):
+        assert {"dump", "compare"} <= set(commands)
