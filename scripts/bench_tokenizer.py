@@ -7,7 +7,8 @@ documentation — the reference-manual topics bundled in the stdlib as ``pydoc_d
 (about 0.46 MB) — followed by the docstrings of the stdlib's ``.py`` files (read with ``ast``, not
 imported, in sorted path order) until ``--chars`` characters.
 
-Contenders, each timed on a fresh instance (so every cache starts empty), best of ``--repeat``:
+Contenders, each timed on a fresh instance (so every cache starts empty), best of ``--repeat``
+rounds taken in turn:
 
 * ``openai-algorithm``: :class:`OpenAIAlgorithm` below, a re-implementation of the algorithm of
   OpenAI's ``src/encoder.py`` (github.com/openai/gpt-2) written for this benchmark: per piece,
@@ -174,21 +175,22 @@ def main() -> None:
     args = parser.parse_args()
     text = english_corpus(args.chars)
     print(f"corpus: {len(text):,} characters, {len(text.encode('utf-8')):,} bytes")
-    times: dict[str, float] = {}
+    found = contenders()
+    times = dict.fromkeys(found, float("inf"))
     reference: list[int] | None = None
-    for name, make in contenders().items():
-        best = float("inf")
-        for _ in range(args.repeat):
+    # Round-robin over the contenders, so a change in machine load hits them all alike.
+    for _ in range(args.repeat):
+        for name, make in found.items():
             encode = make()  # construction (file loading) is not timed
             start = time.perf_counter()
             ids = encode(text)
-            best = min(best, time.perf_counter() - start)
-        if reference is None:
-            reference = ids
-            print(f"tokens: {len(ids):,}")
-        elif ids != reference:
-            sys.exit(f"{name} produced different ids from gpt2np")
-        times[name] = best
+            times[name] = min(times[name], time.perf_counter() - start)
+            if reference is None:
+                reference = ids
+                print(f"tokens: {len(ids):,}")
+            elif ids != reference:
+                sys.exit(f"{name} produced different ids from gpt2np")
+    for name, best in times.items():
         print(f"{name:>17}: {best:7.3f} s  {len(text) / best / 1e6:6.2f} MB/s")
     for name, seconds in times.items():
         if name != "gpt2np":

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import collections
 import json
-import math
 import pathlib
 
 import regex
@@ -88,11 +87,10 @@ def bpe(symbols: list[str], ranks: dict[Pair, int]) -> list[str]:
     pair, exactly as OpenAI's encoder.py does.
     """
     while len(symbols) > 1:
-        pairs = set(zip(symbols, symbols[1:]))
-        best = min(pairs, key=lambda pair: ranks.get(pair, math.inf))
-        if best not in ranks:
+        mergeable = {pair for pair in zip(symbols, symbols[1:]) if pair in ranks}
+        if not mergeable:
             break
-        symbols = merge_pair(symbols, best)
+        symbols = merge_pair(symbols, min(mergeable, key=ranks.__getitem__))
     return symbols
 
 
