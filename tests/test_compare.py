@@ -9,6 +9,8 @@ import argparse
 import hashlib
 import json
 import pathlib
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -271,3 +273,47 @@ def test_cli_dump_and_compare(tiny_model, tmp_path, monkeypatch, capsys) -> None
         run_cli(["compare", g, p, "--atol", "nan"])
     with pytest.raises(ValueError, match="--ids must be integers"):
         run_cli(["dump", "--model", "x", "--ids", "5,a", "--out", p])
+
+
+# ---- the installed command, end to end in a subprocess ------------------------------------
+
+
+def gpt2np_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gpt2np", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_cli_end_to_end_in_a_subprocess(tmp_path) -> None:
+    hp = gpt2np.HParams(n_vocab=50257, n_ctx=16, n_embd=16, n_head=2, n_layer=1)
+    model = gpt2np.GPT2(hp, gpt2np.init_params(hp, seed=3, std=0.1))
+    gpt2np.save(model, tmp_path / "model")  # config.json + model.safetensors
+    g, p = tmp_path / "golden.npz", tmp_path / "port.npz"
+
+    r = gpt2np_cli("dump", "--model", str(tmp_path / "model"), "--prompt", "Hello world",
+                   "--out", str(g), "--dtype", "float64")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "21 tensors, ids [[15496, 995]], float64" in r.stdout
+    m = manifest_of(read_npz(g))
+    assert m["weights_sha256"] == weights_sha256(model.params, hp)  # the saved weights, reloaded
+    expected = trace(model.astype(np.float64), [15496, 995]).logits
+    np.testing.assert_allclose(read_npz(g)["logits"], expected, rtol=1e-12, atol=1e-12)
+
+    r = gpt2np_cli(
+        "dump", "--model", str(tmp_path / "model"), "--ids", "15496,995", "--out", str(p)
+    )
+    assert r.returncode == 0, r.stderr
+    r = gpt2np_cli("compare", str(g), str(p))
+    assert r.returncode == 0 and "OK: 21 tensors within tolerance" in r.stdout, r.stdout
+
+    z = read_npz(p)
+    z["h0.attn.probs"] = z["h0.attn.probs"][..., ::-1].copy()  # a port with the mask backwards
+    np.savez(p, **z)
+    r = gpt2np_cli("compare", str(g), str(p))
+    assert r.returncode == 1
+    assert "FAIL: " in r.stdout and "the first is h0.attn.probs" in r.stdout
+
+    p.write_bytes(b"garbage")
+    r = gpt2np_cli("compare", str(g), str(p))
+    assert r.returncode != 0 and str(p) in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
