@@ -131,7 +131,7 @@ class Tokenizer:
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Token ids of ``text``, reading special-token text such as ``<|endoftext|>`` as
-        ordinary text (as OpenAI's encoder.py does)."""
+        ordinary text (as OpenAI's encoder.py does). Lone surrogates are read as U+FFFD."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, not {type(text).__name__}")
         try:
