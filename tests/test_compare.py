@@ -186,6 +186,13 @@ def test_strict_and_empty_overlap(golden_path, tmp_path) -> None:
         compare(golden_path, golden_path, rtol=-1)
 
 
+def test_manifests_with_different_inputs_are_flagged(tiny_model, golden_path, tmp_path) -> None:
+    dump(tiny_model, [[5, 17, 42, 3, 88, 61]], tmp_path / "other.npz")
+    report = compare(golden_path, tmp_path / "other.npz")
+    assert "WARNING: the two files' manifests have different ids" in report.notes
+    assert report.first_divergence == "ids" and not report.ok
+
+
 def test_port_as_a_directory_of_npy_files(golden_path, tmp_path) -> None:
     port = tmp_path / "port"
     port.mkdir()
