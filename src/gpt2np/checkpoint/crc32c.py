@@ -66,37 +66,49 @@ def _apply(matrix: np.ndarray, vec: np.ndarray) -> np.ndarray:
     return out
 
 
-@functools.lru_cache(maxsize=64)
+@functools.cache
+def _pow2_matrix(k: int) -> np.ndarray:
+    """Columns of shift_{2**k}: the raw CRC state after 2**k zero bytes, as a GF(2) matrix."""
+    if k == 0:  # one zero byte = eight zero bits through the register
+        one_bit = np.zeros(32, dtype=np.uint32)
+        one_bit[0] = POLY
+        one_bit[1:] = np.uint32(1) << np.arange(31, dtype=np.uint32)
+        m = np.uint32(1) << np.arange(32, dtype=np.uint32)  # identity
+        for _ in range(8):
+            m = _apply(one_bit, m)
+        return m
+    half = _pow2_matrix(k - 1)
+    return _apply(half, half)  # shift_{2^k} = shift_{2^(k-1)} ∘ shift_{2^(k-1)}
+
+
+@functools.lru_cache(maxsize=16)
 def _shift_matrix(nbytes: int) -> np.ndarray:
-    """Columns of the linear map ``c -> raw CRC state after nbytes zero bytes`` (by squaring)."""
-    one_bit = np.zeros(32, dtype=np.uint32)  # one zero *bit* through the register
-    one_bit[0] = POLY
-    one_bit[1:] = np.uint32(1) << np.arange(31, dtype=np.uint32)
-    result = np.uint32(1) << np.arange(32, dtype=np.uint32)  # identity
-    power = one_bit
-    n = nbytes * 8
-    while n:
-        if n & 1:
-            result = _apply(power, result)
-        power = _apply(power, power)
-        n >>= 1
-    return result
+    """Columns of shift_nbytes, composed from the powers of two in nbytes."""
+    m = np.uint32(1) << np.arange(32, dtype=np.uint32)
+    for k in range(nbytes.bit_length()):
+        if nbytes >> k & 1:
+            m = _apply(_pow2_matrix(k), m)
+    return m
 
 
-@functools.lru_cache(maxsize=64)
-def _shift_tables(nbytes: int) -> np.ndarray:
-    """[4, 256] byte tables of shift_nbytes, so it applies to a vector with four lookups."""
-    cols = _shift_matrix(nbytes)
+@functools.cache
+def _pow2_tables(k: int) -> np.ndarray:
+    """[4, 256] byte tables of shift_{2**k}, so it applies to a vector with four lookups."""
+    cols = _pow2_matrix(k)
     v = np.arange(256, dtype=np.uint32)
-    return np.stack([_apply(cols, v << np.uint32(8 * k)) for k in range(4)])
+    return np.stack([_apply(cols, v << np.uint32(8 * j)) for j in range(4)])
 
 
 def _shift(crcs: np.ndarray, nbytes: int) -> np.ndarray:
-    """shift_nbytes applied to every element of a uint32 vector."""
-    S = _shift_tables(nbytes)
-    out = S[0][crcs & 0xFF] ^ S[1][(crcs >> 8) & 0xFF]
-    out ^= S[2][(crcs >> 16) & 0xFF] ^ S[3][crcs >> 24]
-    return out
+    """shift_nbytes applied to every element of a uint32 vector: one four-lookup step per set
+    bit of nbytes (the powers of one operator commute, so their order does not matter)."""
+    for k in range(nbytes.bit_length()):
+        if nbytes >> k & 1:
+            S = _pow2_tables(k)
+            nxt = S[0][crcs & 0xFF] ^ S[1][(crcs >> 8) & 0xFF]
+            nxt ^= S[2][(crcs >> 16) & 0xFF] ^ S[3][crcs >> 24]
+            crcs = nxt
+    return crcs
 
 
 def _raw_small(data: np.ndarray, crc: int = 0) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -156,9 +157,14 @@ def read_tf_checkpoint(
     prefix = _normalize(prefix)
     index = _index_path(prefix)
     header, entries = read_tf_index(prefix)
-    tensors: dict[str, np.ndarray] = {}
+    jobs = []
     for name, entry in entries.items():
         dtype = _check_entry(index, name, entry, header)
         path = data_path(prefix, entry.shard_id, header.num_shards)
-        tensors[name] = _read_tensor(path, name, entry, dtype, verify)
-    return tensors
+        jobs.append((path, name, entry, dtype, verify))
+    # Two tensors at a time: one's read overlaps the other's CRC (both release the GIL).
+    # Largest first, so the big embedding does not end up alone at the end.
+    order = sorted(range(len(jobs)), key=lambda i: -jobs[i][2].size)
+    with ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
+        arrays = dict(zip(order, pool.map(lambda i: _read_tensor(*jobs[i]), order)))
+    return {jobs[i][1]: arrays[i] for i in range(len(jobs))}
