@@ -37,6 +37,7 @@ from tqdm import tqdm
 
 from . import hparams as _hparams
 from .errors import DownloadError
+from .tokenizer import ENCODER_JSON_SHA256, VOCAB_BPE_SHA256
 
 try:
     import fcntl
@@ -59,9 +60,7 @@ MODEL_FILES = (
 #: OpenAI renamed 117M/345M to 124M/355M (the parameter counts were miscounted at first). The
 #: bucket serves the new names, so an alias downloads into, and from, the canonical name.
 ALIASES = {"117M": "124M", "345M": "355M"}
-#: Published digests of the BPE files, identical for all four sizes.
-ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
-VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
+#: The BPE files are identical for all four sizes; the tokenizer pins their published digests.
 SHA256_PINS = {"encoder.json": ENCODER_JSON_SHA256, "vocab.bpe": VOCAB_BPE_SHA256}
 
 MANIFEST = ".gpt2np-complete.json"
