@@ -57,9 +57,10 @@ def generate(
 ) -> Any:
     """Continue ``prompt`` with up to ``max_new_tokens`` tokens.
 
-    prompt: a ``str`` (returns the continuation ``str``); token ids, a list or 1-D array of ints
-        (returns the list of new ids); a list of ``str`` or of id lists (a batch, returns one
-        result per prompt; the prompts may differ in length).
+    prompt: a ``str`` (returns the continuation ``str``; ``<|endoftext|>`` in it is encoded as
+        the special token); token ids, a list or 1-D array of ints (returns the list of new
+        ids); a list of ``str`` or of id lists (a batch, returns one result per prompt; the
+        prompts may differ in length).
     model: a :class:`GPT2`, or a name ("124M") or directory given to ``gpt2np.load``, loaded
         once per process and ``dtype`` and reused.
     temperature: 0 is greedy (argmax); otherwise logits / temperature before sampling.
