@@ -233,6 +233,12 @@ def test_no_network_says_which_files_go_where(tmp_path, monkeypatch) -> None:
     assert "/355M/hparams.json" in message  # the first URL it tried
 
 
+@pytest.mark.parametrize("base", ["127.0.0.1:1/models", "ftp://127.0.0.1/models"])
+def test_a_malformed_base_url_is_a_download_error(tmp_path, base) -> None:
+    with pytest.raises(gpt2np.DownloadError, match=f"hparams.json from {base}/124M/hparams.json"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base)
+
+
 def test_files_copied_by_hand_need_no_network(tmp_path, bucket) -> None:
     directory = tmp_path / "124M"
     directory.mkdir()

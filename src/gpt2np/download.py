@@ -236,6 +236,8 @@ def _fetch_once(
         resp = session.get(url, headers=headers, stream=True, timeout=TIMEOUT)
     except (requests.ConnectionError, requests.Timeout) as e:
         raise _Transient(e) from e
+    except requests.RequestException as e:  # a malformed URL, too many redirects: final
+        raise DownloadError(f"could not download {fname} from {url}: {e}") from e
     with resp:
         status = resp.status_code
         if status == 416 and offset:  # .part already holds everything, or more than there is
@@ -264,7 +266,9 @@ def _fetch_once(
     return total is None or size == total
 
 
-def _stream(resp: requests.Response, part: pathlib.Path, offset: int, total, progress: bool):
+def _stream(
+    resp: requests.Response, part: pathlib.Path, offset: int, total: Optional[int], progress: bool
+) -> None:
     """Append the body to ``part`` (truncating it first when ``offset`` is 0)."""
     bar = tqdm(
         total=total, initial=offset, desc=part.name[: -len(".part")], unit="B", unit_scale=True,
