@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pathlib
 
+import numpy as np
 import pytest
 
 from gpt2np.checkpoint.snappy import SnappyError, decompress
@@ -58,3 +59,17 @@ def test_overlapping_copy_repeats_pattern():
 def test_malformed_input_raises(stream, message):
     with pytest.raises(SnappyError, match=message):
         decompress(stream)
+
+
+def test_random_damage_raises_snappy_error_only():
+    rng = np.random.default_rng(3)
+    original = (FIXTURES / "text.snappy").read_bytes()
+    for _ in range(200):
+        b = bytearray(original)
+        for i in rng.integers(0, len(b), rng.integers(1, 4)):
+            b[i] = rng.integers(256)
+        try:
+            out = decompress(bytes(b))
+        except SnappyError:
+            continue
+        assert len(out) == len((FIXTURES / "text.raw").read_bytes())  # the declared length

@@ -159,3 +159,31 @@ def test_every_single_byte_flip_in_index_is_caught(tmp_path):
         for k in want:
             np.testing.assert_array_equal(got[k], want[k])
     assert os.path.getsize(index) == len(original)
+
+
+@pytest.mark.parametrize("name", ["small", "sharded", "dtypes"])
+def test_random_damage_to_index_gives_checkpoint_error_or_right_answer(tmp_path, name):
+    """Seeded random overwrites, splices and truncations: only CheckpointError may escape."""
+    rng = np.random.default_rng(11)
+    d = copy(tmp_path, name)
+    index = d / "model.ckpt.index"
+    original = index.read_bytes()
+    want = expected(name)
+    for _ in range(60):
+        b = bytearray(original)
+        kind = rng.integers(3)
+        if kind == 0:
+            for i in rng.integers(0, len(b), rng.integers(1, 5)):
+                b[i] = rng.integers(256)
+        elif kind == 1:
+            b = b[: rng.integers(len(b))]
+        else:
+            i = int(rng.integers(len(b)))
+            b[i : i + int(rng.integers(1, 20))] = rng.bytes(int(rng.integers(0, 20)))
+        index.write_bytes(bytes(b))
+        try:
+            got = read_tf_checkpoint(d / "model.ckpt")
+        except CheckpointError:
+            continue
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])

@@ -32,6 +32,7 @@ MAGIC = 0xDB4775248B80FB57
 FOOTER_SIZE = 48
 TRAILER_SIZE = 5
 NO_COMPRESSION, SNAPPY_COMPRESSION = 0, 1
+MAX_INDEX = 1 << 30  # real indexes are kilobytes to megabytes; refuse to slurp anything huge
 
 
 def read_table(
@@ -43,6 +44,8 @@ def read_table(
     """
     name = os.fspath(path)
     try:
+        if os.path.getsize(name) > MAX_INDEX:
+            raise CheckpointError(f"index {name} is over {MAX_INDEX >> 20} MiB: not an index")
         with open(name, "rb") as f:
             data = f.read()
     except OSError as e:
@@ -128,11 +131,13 @@ class _Table:
             raise self.fail(f"{what} has an impossible restart count {n_restarts}")
         restarts = set(struct.unpack(f"<{n_restarts}I", block[limit:-4]))
         entries: list[tuple[bytes, bytes]] = []
+        starts = set()
         key = b""
         pos = 0
         try:
             while pos < limit:
                 at = pos
+                starts.add(at)
                 shared, pos = read_varint(block, pos)
                 non_shared, pos = read_varint(block, pos)
                 value_len, pos = read_varint(block, pos)
@@ -146,6 +151,7 @@ class _Table:
                 pos += value_len
         except ProtobufError as e:
             raise self.fail(f"{what}: {e}") from None
-        if restarts - {0} and max(restarts) >= max(limit, 1):
-            raise self.fail(f"{what}: restart offset past its entries")
+        if not restarts <= (starts or {0}):  # every restart must point at an entry
+            raise self.fail(f"{what}: restart offsets {sorted(restarts - starts)[:3]} point "
+                            "inside entries")  # fmt: skip
         return entries
