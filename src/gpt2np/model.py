@@ -279,10 +279,13 @@ class GPT2:
             top_p=top_p, seed=seed, stop=stop, stream=stream, context=context,
         )  # fmt: skip
 
-    def score(self, text_or_ids: Any, stride: Optional[int] = None, max_len: Optional[int] = None):
+    def score(
+        self, text_or_ids: Any, stride: Optional[int] = None, max_len: Optional[int] = None
+    ) -> Any:
         """Per-token log-probabilities (natural log), NLL and perplexity of a text or 1-D ids,
         with a strided sliding window of ``max_len`` (default n_ctx) tokens moving by ``stride``
-        (default max_len // 2) for long inputs. Returns a :class:`gpt2np.scoring.Score`."""
+        (default max_len // 2) for long inputs. Returns a :class:`gpt2np.Score` (ids,
+        token_logprobs, context_len, nll, perplexity, n_tokens); the first token is not scored."""
         from .scoring import score
 
         return score(self, text_or_ids, stride=stride, max_len=max_len)
