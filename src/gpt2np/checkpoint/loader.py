@@ -75,7 +75,9 @@ def load_dir(
     ``cache_dir`` (default ``$GPT2NP_HOME/cache``) on first load unless ``use_cache=False``.
     Raises :class:`~gpt2np.CheckpointError` naming the file (and tensor) for bad input.
     """
-    path = os.fspath(path)
+    path = os.path.expanduser(os.fspath(path))
+    if cache_dir is not None:
+        cache_dir = os.path.expanduser(os.fspath(cache_dir))
     if os.path.isfile(path):
         return _load_file(path, dtype)
     if not os.path.isdir(path):
