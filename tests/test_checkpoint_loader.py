@@ -330,3 +330,24 @@ def test_transformers_loads_what_save_wrote(tmp_path):
     with torch.no_grad():
         hf_logits = hf(torch.from_numpy(ids)).logits.numpy()
     np.testing.assert_allclose(hf_logits, model.forward(ids)[0], atol=1e-4, rtol=1e-4)
+
+
+def test_damaged_cache_entry_is_rebuilt(tmp_path):
+    cache = tmp_path / "c"
+    load_dir(TF_SMALL, cache_dir=cache)
+    (entry,) = os.listdir(cache)
+    st = cache / entry / "model.safetensors"
+    st.write_bytes(st.read_bytes()[:-64])
+    with pytest.warns(UserWarning, match="damaged cache entry"):
+        model = load_dir(TF_SMALL, cache_dir=cache)
+    assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
+    again = load_dir(TF_SMALL, cache_dir=cache)  # the rebuilt entry, memory-mapped
+    assert not again.params["wte"].flags.writeable
+
+
+def test_unwritable_cache_still_loads(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.warns(UserWarning, match="could not write the conversion cache"):
+        model = load_dir(TF_SMALL, cache_dir=blocker / "cache")
+    assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))

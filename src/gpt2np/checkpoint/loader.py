@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import warnings
 from typing import Any
 
@@ -150,9 +151,8 @@ def _load_tf_prefix(
             raise CheckpointError(f"missing data file {missing[0]}")
         root = os.fspath(cache_dir) if cache_dir is not None else cache.default_cache_dir()
         key = cache.cache_key(prefix + ".index", shards, hparams_path)
-        hit = cache.entry_dir(root, key)
-        if hit:
-            flat = _read_hf_flat(os.path.join(hit, "model.safetensors"), hparams)
+        flat = _read_cache_entry(root, key, hparams)
+        if flat is not None:
             return GPT2(hparams, unflatten(flat, hparams), tokenizer, dtype=dtype)
     flat = flat_from_openai(read_tf_checkpoint(prefix), hparams, f"checkpoint {prefix}")
     if use_cache:
@@ -162,6 +162,23 @@ def _load_tf_prefix(
         except OSError as e:  # a read-only or full cache must not stop the load
             warnings.warn(f"could not write the conversion cache in {root}: {e}", stacklevel=3)
     return GPT2(hparams, unflatten(flat, hparams), tokenizer, dtype=dtype)
+
+
+def _read_cache_entry(root: str, key: str, hparams: HParams) -> dict[str, np.ndarray] | None:
+    """The cached flat params (memory-mapped), or None if there is no usable entry.
+
+    A damaged entry (say, a cache disk that filled up) is removed with a warning, so that the
+    caller converts the checkpoint again instead of failing on every load.
+    """
+    hit = cache.entry_dir(root, key)
+    if hit is None:
+        return None
+    try:
+        return _read_hf_flat(os.path.join(hit, "model.safetensors"), hparams)
+    except CheckpointError as e:
+        warnings.warn(f"discarding a damaged cache entry: {e}", stacklevel=4)
+        shutil.rmtree(hit, ignore_errors=True)
+        return None
 
 
 def _hparams(path: str) -> HParams:
