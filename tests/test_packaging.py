@@ -58,11 +58,14 @@ def test_public_api() -> None:
         assert name in gpt2np.__all__
 
 
-@pytest.mark.skipif(shutil.which("ruff") is None and not (ROOT / ".venv/bin/ruff").exists(),
-                    reason="ruff is not installed (it comes with the test extra)")  # fmt: skip
+def _ruff() -> str | None:
+    beside_python = pathlib.Path(sys.executable).parent / "ruff"
+    return str(beside_python) if beside_python.exists() else shutil.which("ruff")
+
+
+@pytest.mark.skipif(_ruff() is None, reason="ruff is not installed (it comes with the test extra)")
 @pytest.mark.parametrize("command", [["check"], ["format", "--check"]])
 def test_ruff(command: list[str]) -> None:
-    ruff = shutil.which("ruff") or str(ROOT / ".venv/bin/ruff")
-    out = subprocess.run([ruff, *command, "src", "tests", "scripts"], cwd=ROOT,
+    out = subprocess.run([_ruff(), *command, "src", "tests", "scripts"], cwd=ROOT,
                          capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr

@@ -198,3 +198,10 @@ def test_float64_agrees_with_float32_to_float32_precision(tiny_model) -> None:
         scale = np.abs(t64[name]).max()
         err = np.abs(t32[name].astype(np.float64) - t64[name]).max()
         assert err <= 1e-5 * scale, f"{name}: float32 differs by {err:.3g} (scale {scale:.3g})"
+
+
+def test_model_trace_method_delegates(tiny_model) -> None:
+    t = tiny_model.trace([[1, 2, 3]], names="h0.attn.*")
+    clear = gpt2np.GPT2(tiny_model.hparams, tiny_model.params, fast=False)
+    np.testing.assert_array_equal(t.logits, clear.forward([[1, 2, 3]])[0])
+    assert all(name.startswith("h0.attn.") for name in t if name not in ("logits",))

@@ -234,7 +234,7 @@ class GPT2:
         Returns logits [B, T, V] ([T, V] for 1-D ids) and present [B, L, 2, H, T, Dh].
         """
         ids2 = self.check_ids(ids)
-        past = self._check_past(past, ids2.shape[0])
+        past = self.check_past(past, ids2.shape[0])
         T_past = 0 if past is None else past.shape[-2]
         if T_past + ids2.shape[1] > self.hparams.n_ctx:
             raise ValueError(
@@ -290,6 +290,14 @@ class GPT2:
 
         return score(self, text_or_ids, stride=stride, max_len=max_len)
 
+    def trace(self, ids: Any, past: Optional[np.ndarray] = None, names: Any = None) -> Any:
+        """Every intermediate of the forward pass by name (docs/tracing.md): a
+        :class:`gpt2np.trace.Trace` mapping name -> ndarray in forward order, with
+        ``.logits`` [B, T, V] and ``.present``. ``names``: glob(s) keeping only some."""
+        from .trace import trace
+
+        return trace(self, ids, past=past, names=names)
+
     def new_cache(self, batch: int = 1, max_len: Optional[int] = None, pad: Any = None) -> KVCache:
         """An empty :class:`KVCache` of this model's shapes and dtype."""
         return KVCache(self.hparams, batch, max_len, self.dtype, pad)
@@ -319,7 +327,9 @@ class GPT2:
             )
         return arr.astype(np.int64, copy=False).reshape(-1, arr.shape[-1])
 
-    def _check_past(self, past: Any, batch: int) -> Optional[np.ndarray]:
+    def check_past(self, past: Any, batch: int) -> Optional[np.ndarray]:
+        """``past`` as an array [B, L, 2, H, T_past, Dh] of this model's dtype, or a
+        ValueError/TypeError naming the axis that does not fit."""
         if past is None:
             return None
         if not isinstance(past, np.ndarray):

@@ -161,7 +161,7 @@ def trace(model: GPT2, ids: Any, past: Optional[np.ndarray] = None, names: Names
     order on the same arrays), and the default fast attention kernel's to float rounding.
     """
     ids = model.check_ids(ids)
-    past = model._check_past(past, ids.shape[0])
+    past = model.check_past(past, ids.shape[0])
     T_past = 0 if past is None else past.shape[-2]
     hp = model.hparams
     if T_past + ids.shape[1] > hp.n_ctx:
