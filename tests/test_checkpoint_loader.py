@@ -295,7 +295,14 @@ def test_pickle_files_are_refused(tmp_path, name):
 def test_save_then_load_gives_identical_arrays(tmp_path):
     model = load_dir(TF_SMALL)
     save(model, tmp_path / "out")
-    assert sorted(os.listdir(tmp_path / "out")) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(tmp_path / "out")) == [
+        "config.json", "merges.txt", "model.safetensors", "vocab.json"
+    ]  # fmt: skip
+    # the vocabulary travels with the weights, under HF's names, byte for byte
+    assert (tmp_path / "out" / "vocab.json").read_bytes() == (
+        TF_SMALL / "encoder.json"
+    ).read_bytes()
+    assert (tmp_path / "out" / "merges.txt").read_bytes() == (TF_SMALL / "vocab.bpe").read_bytes()
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["model_type"] == "gpt2" and config["architectures"] == ["GPT2LMHeadModel"]
     assert (config["vocab_size"], config["n_positions"], config["n_embd"]) == (260, 16, 16)
@@ -308,6 +315,16 @@ def test_save_then_load_gives_identical_arrays(tmp_path):
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a, b, err_msg=name)
     assert gpt2np.save is save
+    assert back.tokenizer.encode("hello") == model.tokenizer.encode("hello")
+
+
+def test_save_copies_the_bundled_vocabulary_for_gpt2_sized_models(tmp_path):
+    hp = gpt2np.HParams(n_vocab=50257, n_ctx=8, n_embd=4, n_head=1, n_layer=1)
+    save(gpt2np.GPT2(hp, gpt2np.init_params(hp)), tmp_path)
+    bundled = gpt2np.Tokenizer().files
+    assert (tmp_path / "vocab.json").read_bytes() == open(bundled[0], "rb").read()
+    assert (tmp_path / "merges.txt").read_bytes() == open(bundled[1], "rb").read()
+    assert load_dir(tmp_path).tokenizer.encode("Hello world") == [15496, 995]
 
 
 def test_save_random_model_round_trip(tmp_path):

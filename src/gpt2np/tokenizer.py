@@ -124,6 +124,12 @@ class Tokenizer:
         """Special-token text -> id: ``{"<|endoftext|>": 50256}``."""
         return {ENDOFTEXT: self.eot_token}
 
+    @property
+    def files(self) -> tuple[str, str]:
+        """The paths this vocabulary was read from: (encoder.json, vocab.bpe) or HF's
+        (vocab.json, merges.txt)."""
+        return self._source
+
     def __repr__(self) -> str:
         return f"Tokenizer(n_vocab={self.n_vocab}, files={self._source})"
 

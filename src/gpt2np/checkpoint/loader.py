@@ -246,3 +246,20 @@ def save(model: GPT2, out_dir: str | os.PathLike[str]) -> None:
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2)
     os.replace(tmp, os.path.join(out_dir, "config.json"))
+    _save_vocabulary(model, out_dir)
+
+
+def _save_vocabulary(model: GPT2, out_dir: str) -> None:
+    """Copy the model's vocabulary as HF's vocab.json + merges.txt (the same formats as
+    OpenAI's encoder.json + vocab.bpe), so the directory is complete for HF and for load_dir."""
+    try:
+        tokenizer = model.tokenizer
+    except ValueError:  # a vocabulary other than GPT-2's, and no tokenizer given
+        return
+    files = getattr(tokenizer, "files", None)
+    if not files:
+        return
+    for src, name in zip(files, ("vocab.json", "merges.txt")):
+        tmp = os.path.join(out_dir, f".{name}.{os.getpid()}.tmp")
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, os.path.join(out_dir, name))
