@@ -31,7 +31,8 @@ import pathlib
 import numpy as np
 import torch
 import transformers
-from transformers import GPT2Config, GPT2LMHeadModel
+
+from make_golden_fixture import build_model, params_of  # beside this script
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "generate_tiny.npz"
 HPARAMS = {"n_vocab": 384, "n_ctx": 48, "n_embd": 32, "n_head": 4, "n_layer": 2}
@@ -40,47 +41,6 @@ NEW_TOKENS = (20, 20, HPARAMS["n_ctx"] - 8)  # the last one fills the context ex
 BATCH_NEW = 16
 SCORE_LEN, SCORE_STRIDE = 130, 20
 MIN_MARGIN = 1e-3
-
-
-def hf_name_to_ours(name: str) -> str | None:
-    """'transformer.h.0.attn.c_attn.weight' -> 'blocks.0.attn.c_attn.w'; None for buffers."""
-    name = name.removeprefix("transformer.")
-    if name == "lm_head.weight" or name.endswith((".attn.bias", ".attn.masked_bias")):
-        return None
-    name = name.replace("wte.weight", "wte").replace("wpe.weight", "wpe")
-    name = name.replace("h.", "blocks.", 1) if name.startswith("h.") else name
-    if name.startswith("ln_") or ".ln_" in name:
-        return name.replace(".weight", ".g").replace(".bias", ".b")
-    return name.replace(".weight", ".w").replace(".bias", ".b")
-
-
-def build_model() -> GPT2LMHeadModel:
-    torch.manual_seed(2024)
-    config = GPT2Config(
-        vocab_size=HPARAMS["n_vocab"],
-        n_positions=HPARAMS["n_ctx"],
-        n_embd=HPARAMS["n_embd"],
-        n_layer=HPARAMS["n_layer"],
-        n_head=HPARAMS["n_head"],
-        activation_function="gelu_new",
-        layer_norm_epsilon=1e-5,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=0,
-    )
-    model = GPT2LMHeadModel(config).eval()
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(".bias"):
-                p.copy_(0.05 * torch.randn_like(p))
-            elif ".ln_" in name or "ln_f" in name:
-                p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            else:  # larger than HF's 0.02 init so that greedy paths are not near ties
-                p.copy_(0.15 * torch.randn_like(p))
-    return model
 
 
 def greedy(model, ids: torch.Tensor, mask: torch.Tensor, n: int) -> tuple[np.ndarray, float]:
@@ -125,12 +85,8 @@ def strided_logprobs(model, ids: torch.Tensor, stride: int) -> tuple[np.ndarray,
 
 
 def main() -> None:
-    model = build_model()
-    arrays: dict[str, np.ndarray] = {}
-    for name, tensor in model.state_dict().items():
-        ours = hf_name_to_ours(name)
-        if ours is not None:
-            arrays["param/" + ours] = tensor.numpy().astype(np.float32)
+    model = build_model(HPARAMS, seed=2024, weight_std=0.15)
+    arrays = params_of(model)
 
     rng = np.random.default_rng(7)
     prompts = [rng.integers(1, HPARAMS["n_vocab"], size=n) for n in PROMPT_LENGTHS]

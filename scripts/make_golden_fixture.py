@@ -52,14 +52,17 @@ def legacy_past(past) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return list(past)
 
 
-def main() -> None:
-    torch.manual_seed(1234)
+def build_model(hparams: dict[str, int], seed: int, weight_std: float) -> GPT2LMHeadModel:
+    """HF's GPT2LMHeadModel of these hparams with every tensor random: weights ~ N(0, std²)
+    (larger than HF's 0.02 init, so logits are far from uniform and greedy paths far from ties),
+    biases ~ N(0, 0.05²), LayerNorm gains ~ 1 + N(0, 0.1²), so every tensor is exercised."""
+    torch.manual_seed(seed)
     config = GPT2Config(
-        vocab_size=HPARAMS["n_vocab"],
-        n_positions=HPARAMS["n_ctx"],
-        n_embd=HPARAMS["n_embd"],
-        n_layer=HPARAMS["n_layer"],
-        n_head=HPARAMS["n_head"],
+        vocab_size=hparams["n_vocab"],
+        n_positions=hparams["n_ctx"],
+        n_embd=hparams["n_embd"],
+        n_layer=hparams["n_layer"],
+        n_head=hparams["n_head"],
         activation_function="gelu_new",
         layer_norm_epsilon=1e-5,
         resid_pdrop=0.0,
@@ -67,6 +70,7 @@ def main() -> None:
         attn_pdrop=0.0,
         bos_token_id=None,
         eos_token_id=None,
+        pad_token_id=0,
     )
     model = GPT2LMHeadModel(config).eval()
     with torch.no_grad():
@@ -75,14 +79,24 @@ def main() -> None:
                 p.copy_(0.05 * torch.randn_like(p))
             elif ".ln_" in name or "ln_f" in name:
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
-            else:  # weights: larger than HF's 0.02 init so the logits are far from uniform
-                p.copy_(0.08 * torch.randn_like(p))
+            else:
+                p.copy_(weight_std * torch.randn_like(p))
+    return model
 
-    arrays: dict[str, np.ndarray] = {}
+
+def params_of(model: GPT2LMHeadModel) -> dict[str, np.ndarray]:
+    """The model's weights as float32 arrays under gpt2np's flat names, prefixed 'param/'."""
+    arrays = {}
     for name, tensor in model.state_dict().items():
         ours = hf_name_to_ours(name)
         if ours is not None:
             arrays["param/" + ours] = tensor.numpy().astype(np.float32)
+    return arrays
+
+
+def main() -> None:
+    model = build_model(HPARAMS, seed=1234, weight_std=0.08)
+    arrays = params_of(model)
 
     rng = np.random.default_rng(0)
     ids = rng.integers(0, HPARAMS["n_vocab"], size=(B, T))

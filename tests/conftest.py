@@ -36,6 +36,24 @@ def golden() -> dict[str, np.ndarray]:
 @pytest.fixture(scope="session", params=[True, False], ids=["fast", "clear"])
 def golden_model(request: pytest.FixtureRequest, golden: dict[str, np.ndarray]) -> gpt2np.GPT2:
     """The fixture's weights, once with the fast attention kernel and once with the clear one."""
-    hparams = gpt2np.HParams(**json.loads(bytes(golden["hparams"])))
-    flat = {k.removeprefix("param/"): v for k, v in golden.items() if k.startswith("param/")}
-    return gpt2np.GPT2(hparams, unflatten(flat, hparams), fast=request.param)
+    return model_from_fixture(golden, fast=request.param)
+
+
+def model_from_fixture(arrays: dict[str, np.ndarray], fast: bool = True) -> gpt2np.GPT2:
+    """A GPT2 from a fixture's ``hparams`` (JSON as uint8) and ``param/<flat name>`` arrays."""
+    hparams = gpt2np.HParams(**json.loads(bytes(arrays["hparams"])))
+    flat = {k.removeprefix("param/"): v for k, v in arrays.items() if k.startswith("param/")}
+    return gpt2np.GPT2(hparams, unflatten(flat, hparams), fast=fast)
+
+
+@pytest.fixture(scope="session")
+def fixture() -> dict[str, np.ndarray]:
+    """tests/fixtures/generate_tiny.npz, written by scripts/make_generate_fixture.py with HF:
+    weights, prompts, HF's greedy continuations and strided log-probs."""
+    with np.load(FIXTURES / "generate_tiny.npz", allow_pickle=False) as z:
+        return {k: z[k] for k in z.files}
+
+
+@pytest.fixture(scope="session")
+def fixture_model(fixture: dict[str, np.ndarray]) -> gpt2np.GPT2:
+    return model_from_fixture(fixture)

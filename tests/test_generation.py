@@ -5,7 +5,6 @@ options, the cache discipline, and argument errors."""
 from __future__ import annotations
 
 import codecs
-import json
 import os
 import pathlib
 import sys
@@ -17,26 +16,11 @@ import pytest
 import gpt2np
 from gpt2np import GPT2
 from gpt2np.generation import generate
-from gpt2np.params import unflatten
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
 
 # -- models -------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def fixture() -> dict[str, np.ndarray]:
-    """tests/fixtures/generate_tiny.npz, written by scripts/make_generate_fixture.py with HF."""
-    with np.load(FIXTURES / "generate_tiny.npz", allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
-
-
-@pytest.fixture(scope="module")
-def fixture_model(fixture) -> GPT2:
-    hparams = gpt2np.HParams(**json.loads(bytes(fixture["hparams"])))
-    flat = {k[len("param/") :]: v for k, v in fixture.items() if k.startswith("param/")}
-    return GPT2(hparams, unflatten(flat, hparams))
 
 
 class ByteTokenizer:

@@ -5,7 +5,6 @@ recomputation, and the argument checks."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 
 import numpy as np
@@ -13,24 +12,9 @@ import pytest
 
 import gpt2np
 from gpt2np import GPT2, Score
-from gpt2np.params import unflatten
 from gpt2np.scoring import score, windows
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
-
-
-@pytest.fixture(scope="module")
-def fixture() -> dict[str, np.ndarray]:
-    """tests/fixtures/generate_tiny.npz, written by scripts/make_generate_fixture.py with HF."""
-    with np.load(FIXTURES / "generate_tiny.npz", allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
-
-
-@pytest.fixture(scope="module")
-def fixture_model(fixture) -> GPT2:
-    hparams = gpt2np.HParams(**json.loads(bytes(fixture["hparams"])))
-    flat = {k[len("param/") :]: v for k, v in fixture.items() if k.startswith("param/")}
-    return GPT2(hparams, unflatten(flat, hparams))
 
 
 def log_softmax64(logits: np.ndarray) -> np.ndarray:

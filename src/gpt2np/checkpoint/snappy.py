@@ -15,6 +15,8 @@ bytes (run-length encoding). The loop runs once per element, not per byte.
 
 from __future__ import annotations
 
+from .protobuf import ProtobufError, read_varint
+
 __all__ = ["SnappyError", "decompress"]
 
 
@@ -23,16 +25,14 @@ class SnappyError(ValueError):
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 28:
-            raise SnappyError("bad uncompressed-length varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
+    """The uncompressed length: a varint of at most 32 bits."""
+    try:
+        result, pos = read_varint(buf, pos)
+    except ProtobufError:
+        raise SnappyError("bad uncompressed-length varint") from None
+    if result > 0xFFFFFFFF:
+        raise SnappyError("bad uncompressed-length varint")
+    return result, pos
 
 
 def _need(buf: bytes, pos: int, n: int) -> None:
