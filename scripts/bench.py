@@ -137,10 +137,13 @@ def torch_cases(model: gpt2np.GPT2, threads: int) -> dict[str, Callable[[], obje
 def load_times(ckpt: str, tf_python: str | None) -> None:
     """Cold load (TF checkpoint -> params with CRC verification, writing the cache) and warm load
     (memory-mapped from the cache), each in a fresh process so RSS is the load's own."""
+    # VmHWM, the child's own peak RSS: ru_maxrss would include the parent's, inherited at fork
     code = (
-        "import sys,time,resource,gpt2np;from gpt2np.checkpoint import load_dir\n"
+        "import sys,time,gpt2np;from gpt2np.checkpoint import load_dir\n"
         "t=time.perf_counter();m=load_dir(sys.argv[1],cache_dir=sys.argv[2])\n"
-        "print(time.perf_counter()-t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        "dt=time.perf_counter()-t\n"
+        "hwm=[l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+        "print(dt, hwm)"
     )
     with tempfile.TemporaryDirectory() as cache:
         for label in ("cold (TF ckpt + CRC32C + cache write)", "warm (memory-mapped cache)"):
@@ -149,6 +152,18 @@ def load_times(ckpt: str, tf_python: str | None) -> None:
             print(
                 f"  load {label:42s} {float(out[0]):8.3f} s   peak RSS {int(out[1]) / 1024:.0f} MB"
             )
+    code = (
+        "import sys,time,gpt2np;from gpt2np.checkpoint import read_tf_checkpoint\n"
+        "t=time.perf_counter();a=read_tf_checkpoint(sys.argv[1])\n"
+        "dt=time.perf_counter()-t\n"
+        "hwm=[l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+        "print(dt, hwm)"
+    )
+    prefix = os.path.join(ckpt, "model.ckpt")
+    out = subprocess.run([sys.executable, "-c", code, prefix], check=True, capture_output=True,
+                         text=True).stdout.split()  # fmt: skip
+    label = "read_tf_checkpoint (arrays, CRC32C, no cache)"
+    print(f"  load {label:42s} {float(out[0]):8.3f} s   peak RSS {int(out[1]) / 1024:.0f} MB")
     if tf_python:
         code = (
             "import sys,time,tensorflow as tf\n"
@@ -156,7 +171,6 @@ def load_times(ckpt: str, tf_python: str | None) -> None:
             "a={n:r.get_tensor(n) for n in r.get_variable_to_shape_map()}\n"
             "print(time.perf_counter()-t)"
         )
-        prefix = os.path.join(ckpt, "model.ckpt")
         out = subprocess.run([tf_python, "-c", code, prefix], check=True, capture_output=True,
                              text=True).stdout.split()  # fmt: skip
         print(f"  load {'TensorFlow tf.train.load_checkpoint':42s} {float(out[-1]):8.3f} s")

@@ -119,17 +119,20 @@ def test_use_cache_false_writes_nothing(tmp_path, home):
     assert not (home / "cache").exists()
 
 
-def test_interrupted_conversion_leaves_no_entry(tmp_path, monkeypatch):
+@pytest.mark.parametrize("path", ["byte copy", "general"])
+def test_interrupted_conversion_leaves_no_entry(tmp_path, monkeypatch, path):
     from gpt2np.checkpoint import cache as cache_module
 
     cache = tmp_path / "c"
 
-    def interrupted(path, tensors, metadata=None):
-        with open(path, "wb") as f:
-            f.write(b"half")
+    def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cache_module, "write_safetensors", interrupted)
+    if path == "byte copy":
+        monkeypatch.setattr(cache_module, "_copy_file", interrupted)
+    else:
+        monkeypatch.setattr(cache_module, "byte_copy_layout", lambda *a: None)
+        monkeypatch.setattr(cache_module, "write_safetensors", interrupted)
     with pytest.raises(KeyboardInterrupt):
         load_dir(TF_SMALL, cache_dir=cache)
     assert os.listdir(cache) == []
@@ -137,6 +140,43 @@ def test_interrupted_conversion_leaves_no_entry(tmp_path, monkeypatch):
     monkeypatch.setenv("GPT2NP_HOME", str(tmp_path / "home"))
     load_dir(TF_SMALL, cache_dir=cache)
     assert len(os.listdir(cache)) == 1
+
+
+def test_openai_layout_is_converted_by_a_byte_copy_of_the_data_file(tmp_path):
+    from gpt2np.checkpoint import cache as cache_module
+    from gpt2np.checkpoint.safetensors import read_safetensors_header
+
+    hparams = gpt2np.HParams.from_json(TF_SMALL / "hparams.json")
+    assert cache_module.byte_copy_layout(str(TF_SMALL / "model.ckpt"), hparams) is not None
+    model = load_dir(TF_SMALL, cache_dir=tmp_path / "c")
+    assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
+    (entry,) = os.listdir(tmp_path / "c")
+    st = tmp_path / "c" / entry / "model.safetensors"
+    _, start, size = read_safetensors_header(st)
+    data = (TF_SMALL / "model.ckpt.data-00000-of-00001").read_bytes()
+    assert st.read_bytes()[start:] == data and size == len(data)
+    # the copy is an ordinary safetensors file: HF's reader agrees (oracle tier below)
+    assert not model.params["wte"].flags.writeable  # served from the memory-mapped copy
+
+
+def test_byte_copy_without_copy_file_range(tmp_path, monkeypatch):
+    def unsupported(*args):
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "copy_file_range", unsupported, raising=False)
+    model = load_dir(TF_SMALL, cache_dir=tmp_path / "c")
+    assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
+
+
+def test_other_layouts_take_the_general_path(tmp_path):
+    from gpt2np.checkpoint import cache as cache_module
+    from gpt2np.checkpoint.loader import find_prefix
+
+    sharded = FIXTURES / "tf" / "sharded"
+    hparams = gpt2np.HParams.from_json(sharded / "hparams.json")
+    assert cache_module.byte_copy_layout(find_prefix(str(sharded)), hparams) is None
+    load_dir(sharded, cache_dir=tmp_path / "c")  # converted and cached all the same
+    assert len(os.listdir(tmp_path / "c")) == 1
 
 
 def test_dtype_cast():
@@ -368,3 +408,34 @@ def test_unwritable_cache_still_loads(tmp_path):
     with pytest.warns(UserWarning, match="could not write the conversion cache"):
         model = load_dir(TF_SMALL, cache_dir=blocker / "cache")
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
+
+
+def test_vocabulary_is_parsed_on_first_use_and_its_errors_name_the_file(tmp_path, monkeypatch):
+    shutil.copytree(TF_SMALL, tmp_path / "m")
+    expected = load_dir(TF_SMALL).tokenizer.encode("hello")
+    calls = []
+    real = gpt2np.Tokenizer.from_files
+    monkeypatch.setattr(gpt2np.Tokenizer, "from_files", lambda *a: calls.append(a) or real(*a))
+    model = load_dir(tmp_path / "m", cache_dir=tmp_path / "c")
+    assert calls == []  # loading the weights did not parse the vocabulary
+    assert model.tokenizer.encode("hello") == expected
+    assert len(calls) == 1 and model.tokenizer is model.tokenizer
+    (tmp_path / "m" / "encoder.json").write_text("{not json")
+    broken = load_dir(tmp_path / "m", cache_dir=tmp_path / "c")
+    with pytest.raises(CheckpointError, match=r"encoder\.json"):
+        _ = broken.tokenizer
+
+
+def test_corrupt_data_found_by_the_byte_copy_names_tensor_and_file_and_caches_nothing(tmp_path):
+    from gpt2np.checkpoint.tf_bundle import read_tf_index
+
+    d = copy(tmp_path, TF_SMALL)
+    _, entries = read_tf_index(str(d / "model.ckpt"))
+    name, entry = max(entries.items(), key=lambda item: item[1].size)
+    data = d / "model.ckpt.data-00000-of-00001"
+    blob = bytearray(data.read_bytes())
+    blob[entry.offset + entry.size // 2] ^= 0x40
+    data.write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError, match=rf"tensor {name} in .*data-00000-of-00001"):
+        load_dir(d, cache_dir=tmp_path / "c")
+    assert os.listdir(tmp_path / "c") == []

@@ -308,9 +308,8 @@ def _is_int(value: Any) -> bool:
 
 def _eot_id(model: GPT2) -> Optional[int]:
     """<|endoftext|> of the model's tokenizer; GPT-2's 50256 for its vocabulary; else None."""
-    tokenizer = getattr(model, "_tokenizer", None)  # do not load one just to ask
-    if tokenizer is not None:
-        return getattr(tokenizer, "eot_token", None)
+    if getattr(model, "_tokenizer", None) is not None:  # given (or a factory): use it
+        return getattr(model.tokenizer, "eot_token", None)
     return _EOT_50257 if model.hparams.n_vocab == 50257 else None
 
 

@@ -52,5 +52,6 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     """
     # One [N, n_in] @ [n_in, n_out] product over all leading axes: on [B, T, n_in] NumPy's
     # matmul would run B separate products, reading w from memory B times.
-    y = x.reshape(-1, x.shape[-1]) @ w + b
+    y = x.reshape(-1, x.shape[-1]) @ w
+    y += b  # in place: no second [N, n_out] array
     return y.reshape(*x.shape[:-1], w.shape[-1])

@@ -210,7 +210,13 @@ class GPT2:
 
     @property
     def tokenizer(self) -> Any:
-        """The tokenizer given at construction, else GPT-2's bundled one (loaded on first use)."""
+        """The tokenizer given at construction, else GPT-2's bundled one (loaded on first use).
+
+        A zero-argument callable given as ``tokenizer`` is called on first use: loaders pass one,
+        so that loading the weights does not wait for the vocabulary to be parsed.
+        """
+        if callable(self._tokenizer) and not hasattr(self._tokenizer, "encode"):
+            self._tokenizer = self._tokenizer()
         if self._tokenizer is None:
             if self.hparams.n_vocab != 50257:
                 raise ValueError(

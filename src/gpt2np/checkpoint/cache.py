@@ -11,6 +11,12 @@ An entry is a directory ``<cache_dir>/tf-<key>/`` holding ``model.safetensors`` 
 
 An entry is built in a temporary directory next to it and renamed into place only when both
 files are complete, so an interrupted conversion never leaves an entry that looks finished.
+
+OpenAI's releases store exactly the model's float32 tensors back to back in one data shard, and
+those bytes are already what safetensors needs (a conv1d weight [1, D, 3D] has the bytes of
+[D, 3D]). For such a checkpoint :func:`write_entry_by_copy` writes a header and copies the data
+file with the kernel's copy (no pass through Python memory), then verifies every tensor's
+CRC-32C on the copy itself. Any other layout goes through :func:`write_entry`.
 """
 
 from __future__ import annotations
@@ -20,13 +26,31 @@ import json
 import os
 import shutil
 import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from .safetensors import write_safetensors
+from ..errors import CheckpointError
+from ..hparams import HParams
+from ..params import expected_shapes
+from .convert import hf_name, openai_name
+from .crc32c import crc32c, unmask
+from .protobuf import BundleEntry
+from .safetensors import header_bytes, read_safetensors_header, write_safetensors
+from .tf_bundle import data_path, read_tf_index
 
-__all__ = ["cache_key", "default_cache_dir", "entry_dir", "write_entry"]
+_DT_FLOAT = 1
+
+__all__ = [
+    "byte_copy_layout",
+    "cache_key",
+    "default_cache_dir",
+    "entry_dir",
+    "write_entry",
+    "write_entry_by_copy",
+]
 
 FORMAT_VERSION = "gpt2np-tf-cache-1"
 _FILES = ("model.safetensors", "config.json")
@@ -68,11 +92,143 @@ def write_entry(
     metadata: dict[str, str],
 ) -> str:
     """Write an entry atomically and return its directory."""
+
+    def write(path: str) -> None:
+        write_safetensors(path, tensors, metadata)
+
+    return _write_atomically(cache_dir, key, write, config)
+
+
+Layout = list[tuple[str, str, BundleEntry]]  # (OpenAI name, flat name, entry) in file order
+
+
+def byte_copy_layout(prefix: str, hparams: HParams) -> Layout | None:
+    """The tensors in file order when the checkpoint is exactly the model's float32 tensors, back
+    to back in one little-endian shard with the shapes ``hparams`` needs; else None (then the
+    general path converts it, and reports whatever is wrong)."""
+    header, entries = read_tf_index(prefix)
+    wanted = {openai_name(flat): (flat, shape) for flat, shape in expected_shapes(hparams).items()}
+    if header.num_shards != 1 or header.endianness != 0 or set(entries) != set(wanted):
+        return None
+    layout, offset = [], 0
+    for name, entry in sorted(entries.items(), key=lambda item: item[1].offset):
+        flat, shape = wanted[name]
+        stored = (1, *shape) if flat.endswith(".w") else shape  # conv1d weights: [1, n_in, n_out]
+        if (
+            entry.dtype != _DT_FLOAT
+            or entry.has_slices
+            or entry.crc32c is None
+            or tuple(entry.shape) != stored
+            or entry.offset != offset
+            or entry.size != 4 * int(np.prod(shape))
+        ):
+            return None
+        layout.append((name, flat, entry))
+        offset += entry.size
+    data = data_path(prefix, 0, 1)
+    if not os.path.isfile(data) or os.path.getsize(data) != offset:
+        return None
+    return layout
+
+
+def write_entry_by_copy(
+    cache_dir: str,
+    key: str,
+    prefix: str,
+    layout: Layout,
+    config: dict[str, Any],
+    metadata: dict[str, str],
+) -> str:
+    """Write an entry whose data section is a byte copy of the checkpoint's data file (see the
+    module docstring), verify every tensor's CRC-32C on the copy, and return its directory."""
+    source = data_path(prefix, 0, 1)
+    header: dict[str, Any] = {"__metadata__": metadata}
+    for _, flat, entry in layout:
+        shape = list(entry.shape[1:]) if flat.endswith(".w") else list(entry.shape)
+        header[hf_name(flat)] = {
+            "dtype": "F32",
+            "shape": shape,
+            "data_offsets": [entry.offset, entry.offset + entry.size],
+        }
+
+    def write(path: str) -> None:
+        with open(path, "wb") as out, open(source, "rb") as src:
+            out.write(header_bytes(header))
+            out.flush()
+            _copy_file(src, out, os.fstat(src.fileno()).st_size)
+            out.flush()
+            # the disk flush waits on I/O, the CRCs on the CPU: run them side by side
+            with ThreadPoolExecutor(1) as flusher:
+                synced = flusher.submit(os.fsync, out.fileno())
+                crcs = _crcs_of_copy(path, read_safetensors_header(path)[1], layout)
+                synced.result()
+        for name, _, entry, actual in crcs:
+            stored = unmask(entry.crc32c)
+            if actual != stored:
+                raise CheckpointError(
+                    f"checksum mismatch for tensor {name} in {source} "
+                    f"(stored {stored:#010x}, computed {actual:#010x}): the file is corrupt"
+                )
+
+    return _write_atomically(cache_dir, key, write, config)
+
+
+def _crcs_of_copy(
+    path: str, start: int, layout: Layout, chunk: int = 16 << 20
+) -> list[tuple[str, str, BundleEntry, int]]:
+    """Each tensor's CRC-32C as it lies in the copy, two tensors at a time (NumPy releases the
+    GIL), each read through a reused per-thread buffer: faster than the first touches of a fresh
+    memory map, and memory stays at two chunks."""
+    local = threading.local()
+    fd = os.open(path, os.O_RDONLY)
+
+    def crc_of(item: tuple[str, str, BundleEntry]) -> tuple[str, str, BundleEntry, int]:
+        name, flat, entry = item
+        if not hasattr(local, "buffer"):
+            local.buffer = np.empty(chunk, dtype=np.uint8)
+        crc, done = 0, 0
+        while done < entry.size:
+            n = os.preadv(fd, [local.buffer[: min(chunk, entry.size - done)]],
+                          start + entry.offset + done)  # fmt: skip
+            if not n:
+                raise CheckpointError(f"{path} ended early while verifying tensor {name}")
+            crc = crc32c(local.buffer[:n], crc)
+            done += n
+        return name, flat, entry, crc
+
+    try:
+        with ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
+            return list(pool.map(crc_of, layout))
+    finally:
+        os.close(fd)
+
+
+def _copy_file(src: Any, out: Any, size: int) -> None:
+    """Append ``size`` bytes of ``src`` (from its start) to ``out``, in the kernel where it can."""
+    start, copied = out.tell(), 0
+    try:
+        while copied < size:  # advances both files' offsets
+            n = os.copy_file_range(src.fileno(), out.fileno(), size - copied)
+            if n == 0:
+                break
+            copied += n
+    except (AttributeError, OSError):  # no copy_file_range here (OS, kernel or file system)
+        src.seek(copied)
+        out.seek(start + copied)
+        shutil.copyfileobj(src, out, 16 << 20)
+        out.flush()
+    if os.fstat(out.fileno()).st_size != start + size:
+        raise CheckpointError(f"{src.name} changed while it was copied into the cache")
+
+
+def _write_atomically(cache_dir: str, key: str, write: Any, config: dict[str, Any]) -> str:
+    """Build an entry in a temporary directory with ``write(path_of_model_safetensors)`` and the
+    config, then rename it into place; return the entry's directory."""
     final = os.path.join(cache_dir, f"tf-{key[:40]}")
     os.makedirs(cache_dir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f"tf-{key[:40]}.", suffix=".tmp", dir=cache_dir)
     try:
-        write_safetensors(os.path.join(tmp, "model.safetensors"), tensors, metadata)
+        write(os.path.join(tmp, "model.safetensors"))
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=2)
         if os.path.isdir(final):  # a stale half-entry, or another process just finished one

@@ -14,6 +14,7 @@ a pickle runs arbitrary code, and a downloaded checkpoint must never be able to 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -55,13 +56,15 @@ def _read_json(path: str) -> Any:
 
 
 def _tokenizer(directory: str, encoder: str, merges: str) -> Any:
-    """Tokenizer.from_files on the directory's own vocabulary files, or None without them."""
+    """A factory of Tokenizer.from_files on the directory's own vocabulary files (GPT2 calls it
+    on first use of model.tokenizer: parsing 1.5 MB of vocabulary would double the time of a
+    warm load), or None without them."""
     enc, bpe = os.path.join(directory, encoder), os.path.join(directory, merges)
     if not (os.path.isfile(enc) and os.path.isfile(bpe)):
         return None
     from ..tokenizer import Tokenizer
 
-    return Tokenizer.from_files(enc, bpe)
+    return functools.partial(Tokenizer.from_files, enc, bpe)
 
 
 def load_dir(
@@ -154,6 +157,17 @@ def _load_tf_prefix(
         flat = _read_cache_entry(root, key, hparams)
         if flat is not None:
             return GPT2(hparams, unflatten(flat, hparams), tokenizer, dtype=dtype)
+        layout = cache.byte_copy_layout(prefix, hparams)
+        if layout is not None:  # OpenAI's own layout: copy the bytes, verify the copy
+            meta = {"format": "pt", "source": os.path.abspath(prefix), "gpt2np_key": key}
+            try:
+                cache.write_entry_by_copy(root, key, prefix, layout, hf_config(hparams), meta)
+            except OSError as e:  # a read-only or full cache: the general path reads it
+                warnings.warn(f"could not write the conversion cache in {root}: {e}", stacklevel=3)
+            else:
+                flat = _read_cache_entry(root, key, hparams)
+                if flat is not None:
+                    return GPT2(hparams, unflatten(flat, hparams), tokenizer, dtype=dtype)
     flat = flat_from_openai(read_tf_checkpoint(prefix), hparams, f"checkpoint {prefix}")
     if use_cache:
         try:

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import CheckpointError
 
-__all__ = ["read_safetensors", "read_safetensors_header", "write_safetensors"]
+__all__ = ["header_bytes", "read_safetensors", "read_safetensors_header", "write_safetensors"]
 
 DTYPES: dict[str, str] = {
     "F64": "<f8",
@@ -169,6 +169,14 @@ def read_safetensors(path: str | os.PathLike[str], mmap: bool = True) -> dict[st
     return tensors
 
 
+def header_bytes(header: dict[str, Any]) -> bytes:
+    """The file's first bytes for ``header``: its length as u64 little-endian, then the JSON,
+    padded with spaces so that the data section starts 8-byte aligned."""
+    blob = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    blob += b" " * (-len(blob) % 8)
+    return struct.pack("<Q", len(blob)) + blob
+
+
 def write_safetensors(
     path: str | os.PathLike[str],
     tensors: dict[str, np.ndarray],
@@ -206,13 +214,12 @@ def write_safetensors(
             "data_offsets": [offset, offset + a.nbytes],
         }
         offset += a.nbytes
-    blob = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    blob += b" " * (-len(blob) % 8)
+    blob = header_bytes(header)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(struct.pack("<Q", len(blob)) + blob)
+            f.write(blob)
             for name in order:
                 a = arrays[name]
                 a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
