@@ -29,20 +29,29 @@ def attend_blocked(
 
     q [B, H, T, Dh], k and v [B, H, S, Dh], mask bool broadcastable to [B, H, T, S]
     ->  [B, H, T, Dh]
+
+    Besides the blocks, three passes over the scores are saved: the scale is applied to q (exact
+    when √Dh is a power of two, as GPT-2's Dh = 64 gives 1/8), the mask is written only from the
+    first column it hides, and the softmax's division is done after the product with v, on
+    [.., Dh] rather than [.., S] numbers.
     """
     T, S = q.shape[-2], k.shape[-2]
     T_past = S - T
-    scale = 1.0 / math.sqrt(q.shape[-1])
+    q = q * (1.0 / math.sqrt(q.shape[-1]))  # [B, H, T, Dh]
     out = np.empty(q.shape, dtype=np.result_type(q, k, v))
-    mask = np.broadcast_to(mask, (*mask.shape[:-2], T, S))
+    hidden = ~np.broadcast_to(mask, (*mask.shape[:-2], T, S))  # no head axis: small
     for i0 in range(0, T, block):
         i1 = min(i0 + block, T)
         s = T_past + i1  # keys this block can see
         scores = q[..., i0:i1, :] @ k[..., :s, :].swapaxes(-1, -2)  # [B, H, i1-i0, s]
-        scores *= scale
-        np.copyto(scores, MASKED_SCORE, where=~mask[..., i0:i1, :s])
-        scores -= scores.max(axis=-1, keepdims=True)  # softmax, in place
+        block_hidden = hidden[..., i0:i1, :s]
+        columns = block_hidden.reshape(-1, s).any(axis=0)  # [s]: hidden from some query?
+        if columns.any():
+            c0 = int(columns.argmax())  # for a plain causal mask: the diagonal block only
+            np.copyto(scores[..., c0:], MASKED_SCORE, where=block_hidden[..., c0:])
+        scores -= scores.max(axis=-1, keepdims=True)  # softmax numerator, in place
         np.exp(scores, out=scores)
-        scores /= scores.sum(axis=-1, keepdims=True)
-        np.matmul(scores, v[..., :s, :], out=out[..., i0:i1, :])  # [B, H, i1-i0, Dh]
+        denominator = scores.sum(axis=-1, keepdims=True)  # [B, H, i1-i0, 1]
+        o = np.matmul(scores, v[..., :s, :], out=out[..., i0:i1, :])  # [B, H, i1-i0, Dh]
+        o /= denominator
     return out
