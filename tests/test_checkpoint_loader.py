@@ -14,6 +14,7 @@ import pytest
 import gpt2np
 from gpt2np import CheckpointError
 from gpt2np.checkpoint import load_dir, read_safetensors, save, write_safetensors
+from gpt2np.checkpoint.convert import hf_from_flat
 from gpt2np.params import flatten
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -155,8 +156,19 @@ def test_openai_layout_is_converted_by_a_byte_copy_of_the_data_file(tmp_path):
     _, start, size = read_safetensors_header(st)
     data = (TF_SMALL / "model.ckpt.data-00000-of-00001").read_bytes()
     assert st.read_bytes()[start:] == data and size == len(data)
-    # the copy is an ordinary safetensors file: HF's reader agrees (oracle tier below)
     assert not model.params["wte"].flags.writeable  # served from the memory-mapped copy
+
+
+@pytest.mark.oracle
+def test_byte_copied_cache_entry_is_read_alike_by_hf_safetensors(tmp_path):
+    st_numpy = pytest.importorskip("safetensors.numpy")
+    model = load_dir(TF_SMALL, cache_dir=tmp_path / "c")
+    (entry,) = os.listdir(tmp_path / "c")
+    theirs = st_numpy.load_file(str(tmp_path / "c" / entry / "model.safetensors"))
+    ours = hf_from_flat(flatten(model.params))
+    assert theirs.keys() == ours.keys()
+    for name, a in ours.items():
+        np.testing.assert_array_equal(theirs[name], a, err_msg=name)
 
 
 def test_byte_copy_without_copy_file_range(tmp_path, monkeypatch):
