@@ -120,7 +120,6 @@ def attention(
     """
     qkv = linear(x, **c_attn)  # [B, T, D] -> [B, T, 3D]
     q, k, v = (split_heads(a, n_head) for a in np.split(qkv, 3, axis=-1))  # 3 x [B, H, T, Dh]
-    present = np.stack([k, v], axis=1)  # [B, 2, H, T, Dh]
     T = x.shape[1]
 
     key_mask = None
@@ -128,12 +127,15 @@ def attention(
         T_past = past.start
         key_mask = past.key_mask
         k, v = past.write(k, v)  # [B, H, T_past + T, Dh], views into the preallocated cache
-    elif past is not None:
-        T_past = past.shape[-2]
-        k = np.concatenate([past[:, 0], k], axis=-2)  # [B, H, T_past + T, Dh]
-        v = np.concatenate([past[:, 1], v], axis=-2)
+        present = past.kv[
+            :, :, :, T_past : T_past + T
+        ]  # [B, 2, H, T, Dh], a view of what was written
     else:
-        T_past = 0
+        present = np.stack([k, v], axis=1)  # [B, 2, H, T, Dh]
+        T_past = 0 if past is None else past.shape[-2]
+        if past is not None:
+            k = np.concatenate([past[:, 0], k], axis=-2)  # [B, H, T_past + T, Dh]
+            v = np.concatenate([past[:, 1], v], axis=-2)
 
     mask = causal_mask(T, T_past)  # [T, S]
     if key_mask is not None:

@@ -83,12 +83,19 @@ def forward(
     ids int [B, T]; past [B, L, 2, H, T_past, Dh] or None
     ->  (logits [B, T, V], present [B, L, 2, H, T, Dh], the new tokens' keys and values)
     """
+    B, T = ids.shape
     T_past = 0 if past is None else past.shape[-2]
-    positions = T_past + np.arange(ids.shape[1])  # [T]; OpenAI's positions_for
-    pasts = [None] * hparams.n_layer if past is None else list(past.swapaxes(0, 1))
-    h, presents = transformer(params, hparams.n_head, ids, positions, pasts, attend)
+    # Keys and values of the past and the new tokens, [B, L, 2, H, T_past + T, Dh]. Each layer
+    # writes its new ones in place (a LayerCache view), so present needs no stacking.
+    kv = np.empty(past_shape(hparams, B, T_past + T), dtype=params["wte"].dtype)
+    if past is not None:
+        kv[..., :T_past, :] = past
+    layers = [LayerCache(kv[:, i], T_past) for i in range(hparams.n_layer)]
+    positions = T_past + np.arange(T)  # [T]; OpenAI's positions_for
+    h, _ = transformer(params, hparams.n_head, ids, positions, layers, attend)
     logits = head(h, params["wte"])  # [B, T, V]
-    return logits, np.stack(presents, axis=1)  # L x [B, 2, H, T, Dh] -> [B, L, 2, H, T, Dh]
+    present = kv[..., T_past:, :]  # [B, L, 2, H, T, Dh]: the new tokens' keys and values
+    return logits, (present if past is None else present.copy())
 
 
 class KVCache:
