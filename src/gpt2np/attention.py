@@ -124,16 +124,14 @@ def attention(
 
     key_mask = None
     if isinstance(past, LayerCache):
-        T_past = past.start
-        key_mask = past.key_mask
+        T_past, key_mask = past.start, past.key_mask
         k, v = past.write(k, v)  # [B, H, T_past + T, Dh], views into the preallocated cache
-        present = past.kv[
-            :, :, :, T_past : T_past + T
-        ]  # [B, 2, H, T, Dh], a view of what was written
+        present = past.kv[:, :, :, T_past : T_past + T]  # [B, 2, H, T, Dh], what was written
     else:
         present = np.stack([k, v], axis=1)  # [B, 2, H, T, Dh]
-        T_past = 0 if past is None else past.shape[-2]
+        T_past = 0
         if past is not None:
+            T_past = past.shape[-2]
             k = np.concatenate([past[:, 0], k], axis=-2)  # [B, H, T_past + T, Dh]
             v = np.concatenate([past[:, 1], v], axis=-2)
 
