@@ -142,6 +142,27 @@ def test_bad_ids(tiny_model, ids, error, match) -> None:
         tiny_model.forward(ids)
 
 
+@pytest.mark.parametrize(
+    "ids, error, match",
+    [
+        ([2**64], ValueError, r"token id 18446744073709551616 at index \(0,\) is outside"),
+        (np.array([[1, 2**70]], dtype=object), ValueError, r"token id \d+ at index \(0, 1\)"),
+        (np.array([1, "a"], dtype=object), TypeError, r"got str 'a' at \(1,\)"),
+        (np.array([1, True], dtype=object), TypeError, "got bool"),
+        (np.array([[1, 2], [3]], dtype=object), ValueError, "rectangular"),
+    ],
+)
+def test_bad_object_ids_name_the_element(tiny_model, ids, error, match) -> None:
+    with pytest.raises(error, match=match):
+        tiny_model.check_ids(ids)
+
+
+def test_object_ids_of_python_ints_are_accepted(tiny_model) -> None:
+    ids = np.array([[3, 5], [7, 96]], dtype=object)  # e.g. from pandas or a list of big ints
+    assert tiny_model.check_ids(ids).dtype == np.int64
+    np.testing.assert_array_equal(tiny_model.forward(ids)[0], tiny_model.forward(ids.tolist())[0])
+
+
 def test_bad_past(tiny_model) -> None:
     h = tiny_model.hparams
     _, past = tiny_model.forward(ids_for(tiny_model, 2, 30))

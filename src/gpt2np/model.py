@@ -323,8 +323,8 @@ class GPT2:
             arr = np.asarray(ids)
         except ValueError as e:  # ragged nested lists
             raise ValueError(f"ids must be a rectangular [T] or [B, T] array: {e}") from None
-        if arr.dtype == object:
-            raise ValueError("ids must be a rectangular [T] or [B, T] array of integers")
+        if arr.dtype == object:  # Python ints beyond int64, or an array built with dtype=object
+            arr = _object_ids(arr, self.hparams.n_vocab)
         if arr.size and not np.issubdtype(arr.dtype, np.integer):
             raise TypeError(f"ids must be integers, got dtype {arr.dtype}")
         if arr.ndim not in (1, 2):
@@ -367,6 +367,19 @@ class GPT2:
             f"GPT2(n_layer={h.n_layer}, n_embd={h.n_embd}, n_head={h.n_head}, "
             f"n_vocab={h.n_vocab}, n_ctx={h.n_ctx}, dtype={self.dtype})"
         )
+
+
+def _object_ids(arr: np.ndarray, n_vocab: int) -> np.ndarray:
+    """An object array of ids (Python ints beyond int64, or dtype=object) as int64, each element
+    checked: a huge int is an id outside the vocabulary, not a shape error or an overflow."""
+    for index, x in np.ndenumerate(arr):
+        if isinstance(x, (list, tuple, np.ndarray)):
+            raise ValueError(f"ids must be a rectangular [T] or [B, T] array; {index} is a list")
+        if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+            raise TypeError(f"ids must be integers, got {type(x).__name__} {x!r} at {index}")
+        if not 0 <= x < n_vocab:
+            raise ValueError(f"token id {int(x)} at index {index} is outside [0, {n_vocab})")
+    return arr.astype(np.int64)
 
 
 def _leaves(params: Params) -> list[np.ndarray]:
