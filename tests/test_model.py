@@ -163,6 +163,15 @@ def test_object_ids_of_python_ints_are_accepted(tiny_model) -> None:
     np.testing.assert_array_equal(tiny_model.forward(ids)[0], tiny_model.forward(ids.tolist())[0])
 
 
+def test_tokenizer_class_is_instantiated_on_first_use(tiny_model) -> None:
+    class Encoder:
+        def encode(self, text: str) -> list[int]:
+            return [len(text)]
+
+    model = gpt2np.GPT2(tiny_model.hparams, tiny_model.params, tokenizer=Encoder)
+    assert isinstance(model.tokenizer, Encoder) and model.tokenizer.encode("abc") == [3]
+
+
 def test_bad_past(tiny_model) -> None:
     h = tiny_model.hparams
     _, past = tiny_model.forward(ids_for(tiny_model, 2, 30))

@@ -219,10 +219,12 @@ class GPT2:
     def tokenizer(self) -> Any:
         """The tokenizer given at construction, else GPT-2's bundled one (loaded on first use).
 
-        A zero-argument callable given as ``tokenizer`` is called on first use: loaders pass one,
-        so that loading the weights does not wait for the vocabulary to be parsed.
+        A zero-argument callable given as ``tokenizer`` (a function, or a class such as
+        :class:`gpt2np.Tokenizer`) is called on first use: loaders pass one, so that loading the
+        weights does not wait for the vocabulary to be parsed.
         """
-        if callable(self._tokenizer) and not hasattr(self._tokenizer, "encode"):
+        factory = isinstance(self._tokenizer, type)  # a class such as Tokenizer: has .encode
+        if factory or (callable(self._tokenizer) and not hasattr(self._tokenizer, "encode")):
             self._tokenizer = self._tokenizer()
         if self._tokenizer is None:
             if self.hparams.n_vocab != 50257:
