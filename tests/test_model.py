@@ -204,6 +204,11 @@ def test_cache_arguments(tiny_model) -> None:
         tiny_model.new_cache(max_len=33)
     with pytest.raises(ValueError, match="pad"):
         tiny_model.new_cache(batch=2, pad=[1])
+    for pad in ([1.5, 0], [True, False], ["a", 0], [4, 0], [-1, 0]):
+        with pytest.raises(ValueError, match=r"pad must be 2 ints in \[0, max_len=4\)"):
+            tiny_model.new_cache(batch=2, max_len=4, pad=pad)
+    cache = tiny_model.new_cache(batch=2, max_len=4, pad=np.array([3, 0], np.uint8))
+    assert cache.pad.tolist() == [3, 0] and cache.pad.dtype == np.int64
 
 
 def test_constructor_checks(tiny_hparams, tiny_model) -> None:

@@ -126,9 +126,16 @@ class KVCache:
             (hparams.n_layer, batch, 2, hparams.n_head, max_len, hparams.d_head), dtype=dtype
         )
         self.length = 0
-        self.pad = np.zeros(batch, dtype=np.int64) if pad is None else np.asarray(pad, np.int64)
-        if self.pad.shape != (batch,) or (self.pad < 0).any():
-            raise ValueError(f"pad must be {batch} non-negative ints, got {pad!r}")
+        pad_ = np.zeros(batch, dtype=np.int64) if pad is None else np.asarray(pad)
+        # Integers only (1.5 would silently become 1), and each row keeps room for a real token.
+        if (
+            pad_.shape != (batch,)
+            or not np.issubdtype(pad_.dtype, np.integer)
+            or (pad_ < 0).any()
+            or (pad_ >= max_len).any()
+        ):
+            raise ValueError(f"pad must be {batch} ints in [0, max_len={max_len}), got {pad!r}")
+        self.pad = pad_.astype(np.int64)
         # [B, max_len]: False for a row's left padding, which no query may attend to.
         self.key_mask = None if not self.pad.any() else np.arange(max_len) >= self.pad[:, None]
 
