@@ -451,3 +451,32 @@ def test_corrupt_data_found_by_the_byte_copy_names_tensor_and_file_and_caches_no
     with pytest.raises(CheckpointError, match=rf"tensor {name} in .*data-00000-of-00001"):
         load_dir(d, cache_dir=tmp_path / "c")
     assert os.listdir(tmp_path / "c") == []
+
+
+def bitwise_masked_crc32c(data: bytes) -> int:
+    """TF's masked CRC-32C by its definition (independent of gpt2np.checkpoint.crc32c)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    crc ^= 0xFFFFFFFF
+    return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def test_index_claiming_billions_of_shards_costs_nothing(tmp_path):
+    """A well-formed index whose bundle header says num_shards = 2**31 - 1: the loader must
+    report the missing shard, not build a list of two billion file names."""
+    d = copy(tmp_path, TF_SMALL)
+    index = bytearray((d / "model.ckpt.index").read_bytes())
+    # the first entry of the first data block: key "" (shared 0, non_shared 0, value 6 bytes),
+    # value BundleHeaderProto {num_shards: 1, version {producer: 1}}
+    assert index[:9] == b"\x00\x00\x06\x08\x01\x1a\x02\x08\x01"
+    index[3:9] = b"\x08\xff\xff\xff\xff\x07"  # num_shards: 2**31 - 1, the same 6 bytes
+    block_size = 852  # the fixture's one data block, at offset 0 (else its CRC check fails)
+    index[block_size + 1 : block_size + 5] = bitwise_masked_crc32c(
+        bytes(index[: block_size + 1])
+    ).to_bytes(4, "little")
+    (d / "model.ckpt.index").write_bytes(bytes(index))
+    with pytest.raises(CheckpointError, match=r"missing data file .*of-2147483647"):
+        load_dir(d, cache_dir=tmp_path / "c")

@@ -148,10 +148,11 @@ def _load_tf_prefix(
     tokenizer = _tokenizer(directory, "encoder.json", "vocab.bpe")
     if use_cache:
         header, _ = read_tf_index(prefix)
-        shards = [data_path(prefix, i, header.num_shards) for i in range(header.num_shards)]
-        missing = [s for s in shards if not os.path.isfile(s)]
-        if missing:
-            raise CheckpointError(f"missing data file {missing[0]}")
+        shards = []
+        for i in range(header.num_shards):  # stop at the first missing one: the count may lie
+            shards.append(data_path(prefix, i, header.num_shards))
+            if not os.path.isfile(shards[-1]):
+                raise CheckpointError(f"missing data file {shards[-1]}")
         root = os.fspath(cache_dir) if cache_dir is not None else cache.default_cache_dir()
         key = cache.cache_key(prefix + ".index", shards, hparams_path)
         flat = _read_cache_entry(root, key, hparams)
