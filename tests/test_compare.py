@@ -236,8 +236,16 @@ def test_corrupt_files_raise_checkpoint_error(golden_path, tmp_path, content, ma
     with pytest.raises(gpt2np.CheckpointError, match=match) as e:
         compare(bad, golden_path)
     assert str(bad) in str(e.value)
+    if content != "pickled":  # np.load calls any unknown header pickled data
+        assert "pickle" not in str(e.value)
     with pytest.raises(gpt2np.CheckpointError, match="no such file"):
         compare(tmp_path / "absent.npz", golden_path)
+
+
+def test_garbage_npy_in_a_port_directory_is_not_called_pickled(golden_path, tmp_path) -> None:
+    (tmp_path / "logits.npy").write_bytes(b"garbage, not an array")
+    with pytest.raises(gpt2np.CheckpointError, match=r"cannot read tensor logits: unknown format"):
+        compare(golden_path, tmp_path)
 
 
 def test_manifest_listing_an_absent_tensor(golden_path, tmp_path) -> None:

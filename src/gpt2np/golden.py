@@ -186,7 +186,11 @@ class GoldenFile:
         try:
             if self._npz is not None:
                 return self._npz[name]
-            return np.load(self.path / f"{name}.npy", allow_pickle=False)
+            npy = self.path / f"{name}.npy"
+            reason = _not_numpy(npy)
+            if reason:
+                raise ValueError(reason)
+            return np.load(npy, allow_pickle=False)
         except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
             raise CheckpointError(f"{self.path}: cannot read tensor {name}: {e}") from None
 
@@ -216,8 +220,21 @@ class GoldenFile:
         self.close()
 
 
+def _not_numpy(path: pathlib.Path) -> Optional[str]:
+    """Why ``path`` is neither a zip (.npz) nor a .npy file, or None. np.load treats any other
+    header as a pickle and would blame "pickled (object) data" for plain garbage."""
+    with open(path, "rb") as f:
+        head = f.read(6)
+    if head.startswith((b"PK", b"\x93NUMPY")):
+        return None
+    return "the file is empty" if not head else f"unknown format (it starts with {head!r})"
+
+
 def _open_npz(path: pathlib.Path) -> Any:
     try:
+        reason = _not_numpy(path)
+        if reason:
+            raise ValueError(reason)
         z = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such file") from None
