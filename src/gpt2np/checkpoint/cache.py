@@ -209,10 +209,12 @@ def _copy_file(src: Any, out: Any, size: int) -> None:
     try:
         while copied < size:  # advances both files' offsets
             n = os.copy_file_range(src.fileno(), out.fileno(), size - copied)
-            if n == 0:
-                break
+            if n == 0:  # the end, or a file system that copies nothing this way (as procfs and
+                break  # some FUSE ones do): the plain copy below tells which
             copied += n
     except (AttributeError, OSError):  # no copy_file_range here (OS, kernel or file system)
+        pass
+    if copied < size:
         src.seek(copied)
         out.seek(start + copied)
         shutil.copyfileobj(src, out, 16 << 20)
