@@ -11,6 +11,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import warnings
 import zipfile
 
 import numpy as np
@@ -152,6 +153,18 @@ def test_a_planted_difference_in_one_element(golden_path, tmp_path) -> None:
     assert d.n_bad == 1 and d.worst == (0, 1, 4, 2)
     assert d.max_abs == pytest.approx(1e-3, rel=1e-3)
     assert compare(golden_path, port, atol=2e-3).ok  # within a looser tolerance
+
+
+def test_exact_comparison_with_zero_tolerances_warns_nothing(golden_path, tmp_path) -> None:
+    z = read_npz(golden_path)
+    z["logits"][0, 0, 0] += 1.0
+    port = tmp_path / "port.npz"
+    np.savez(port, **z)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # x / (0 + 0·|golden|) must not print a RuntimeWarning
+        report = compare(golden_path, port, rtol=0.0, atol=0.0)
+    assert [r.name for r in report.diverged] == ["logits"]
+    assert report.diverged[0].n_bad == 1 and report.diverged[0].tol_ratio == np.inf
 
 
 def test_missing_extra_shape_and_nan(golden_path, tmp_path) -> None:
