@@ -201,6 +201,35 @@ def test_byte_copy_when_copy_file_range_copies_less(tmp_path, monkeypatch, behav
     assert (tmp_path / "c" / entry / "model.safetensors").read_bytes().endswith(data)
 
 
+@pytest.mark.parametrize("path", ["byte copy", "general"])
+def test_another_process_finishing_the_same_entry_first(tmp_path, monkeypatch, path):
+    """Two processes converting at once: the one whose rename comes second finds the other's
+    finished entry in place; it serves that one, warns nothing and leaves no temporary dir."""
+    import warnings
+
+    from gpt2np.checkpoint import cache as cache_module
+
+    load_dir(TF_SMALL, cache_dir=tmp_path / "done")
+    (done,) = os.listdir(tmp_path / "done")
+    if path == "general":
+        monkeypatch.setattr(cache_module, "byte_copy_layout", lambda *a: None)
+    real = os.rename
+
+    def rename_after_the_other_process(src, dst):
+        if not os.path.exists(dst):
+            shutil.copytree(tmp_path / "done" / done, dst)
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename_after_the_other_process)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = load_dir(TF_SMALL, cache_dir=tmp_path / "c")
+    assert os.listdir(tmp_path / "c") == [done]
+    assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
+    if path == "byte copy":
+        assert not model.params["wte"].flags.writeable  # served from the entry, memory-mapped
+
+
 def test_other_layouts_take_the_general_path(tmp_path):
     from gpt2np.checkpoint import cache as cache_module
     from gpt2np.checkpoint.loader import find_prefix

@@ -238,7 +238,12 @@ def _write_atomically(cache_dir: str, key: str, write: Any, config: dict[str, An
                 shutil.rmtree(tmp)
                 return final
             shutil.rmtree(final)
-        os.rename(tmp, final)
+        try:
+            os.rename(tmp, final)
+        except OSError:  # another process renamed its entry into place since the check above
+            if not entry_dir(cache_dir, key):
+                raise
+            shutil.rmtree(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
