@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -112,3 +113,22 @@ def test_attend_fully_masked_row_is_finite() -> None:
     q = k = v = np.ones((1, 1, 2, 4), np.float32)
     out = attend(q, k, v, np.zeros((2, 2), bool))
     assert np.all(np.isfinite(out)) and out.dtype == np.float32
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_fully_masked_row_is_finite_in_every_float_dtype(dtype) -> None:
+    """-1e10 overflows float16 to -inf, and a row of -inf gives exp(-inf - -inf) = NaN."""
+    from gpt2np.fast import attend_blocked
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 2, 3, 4)).astype(dtype) for _ in range(3))
+    key_mask = np.arange(3) >= np.array([[0], [2]])  # row 1: two padding keys
+    mask = causal_mask(3) & key_mask[:, None, None, :]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "overflow encountered in cast"
+        outs = [attend(q, k, v, mask), attend_blocked(q, k, v, mask, block=2)]
+    sees = np.broadcast_to(mask.any(-1)[..., None], outs[0].shape)
+    expected = attend(*(a.astype(np.float64) for a in (q, k, v)), mask)
+    for out in outs:
+        assert out.dtype == dtype and np.isfinite(out).all()
+        np.testing.assert_allclose(out[sees], expected[sees], rtol=0, atol=5e-3)

@@ -110,6 +110,16 @@ def test_float64_agrees_with_float32(tiny_model) -> None:
     assert gpt2np.GPT2(tiny_model.hparams, tiny_model.params, dtype="float64").dtype == np.float64
 
 
+def test_float16_ragged_batch_is_finite(tiny_model) -> None:
+    """MASKED_SCORE (-1e10) is -inf in float16; padded rows must still give numbers, not NaN."""
+    half = tiny_model.astype(np.float16)
+    cache = half.new_cache(batch=2, pad=[0, 3])
+    logits = half.forward_cached([[5, 6, 7, 8, 9], [0, 0, 0, 8, 9]], cache)
+    assert np.isfinite(logits[0]).all() and np.isfinite(logits[1, 3:]).all()
+    expected, _ = tiny_model.forward([8, 9])
+    np.testing.assert_allclose(logits[1, 3:], expected, rtol=0, atol=0.05)
+
+
 def test_float32_never_upcasts(tiny_model) -> None:
     past = tiny_model.forward([1, 2])[1]
     logits, present = tiny_model.forward([[3]], past=past.astype(np.float64))

@@ -30,6 +30,7 @@ __all__ = [
     "attend",
     "attention",
     "causal_mask",
+    "masked_score",
     "merge_heads",
     "split_heads",
 ]
@@ -37,6 +38,12 @@ __all__ = [
 #: What OpenAI's graph adds to masked-out scores (``w*b - 1e10*(1-b)``). A large finite number
 #: rather than -inf keeps a row that masks every key finite (it becomes uniform, not NaN).
 MASKED_SCORE = -1e10
+
+
+def masked_score(dtype: np.dtype) -> np.ndarray:
+    """MASKED_SCORE as a 0-d array of ``dtype``, or the dtype's lowest finite value when -1e10
+    does not fit (float16): -inf there would make a fully masked row exp(-inf - -inf) = NaN."""
+    return np.asarray(max(MASKED_SCORE, float(np.finfo(dtype).min)), dtype=dtype)
 
 
 def causal_mask(T: int, T_past: int = 0) -> np.ndarray:
@@ -71,7 +78,7 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray) -> np.
     """
     scale = 1.0 / math.sqrt(q.shape[-1])  # a Python float keeps float32 as float32
     scores = (q @ k.swapaxes(-1, -2)) * scale  # [B, H, T, Dh] @ [B, H, Dh, S] -> [B, H, T, S]
-    scores = np.where(mask, scores, np.asarray(MASKED_SCORE, dtype=scores.dtype))
+    scores = np.where(mask, scores, masked_score(scores.dtype))
     return softmax(scores) @ v  # [B, H, T, S] @ [B, H, S, Dh] -> [B, H, T, Dh]
 
 

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .attention import MASKED_SCORE
+from .attention import masked_score
 
 __all__ = ["attend_blocked"]
 
@@ -48,7 +48,7 @@ def attend_blocked(
         columns = block_hidden.reshape(-1, s).any(axis=0)  # [s]: hidden from some query?
         if columns.any():
             c0 = int(columns.argmax())  # for a plain causal mask: the diagonal block only
-            np.copyto(scores[..., c0:], MASKED_SCORE, where=block_hidden[..., c0:])
+            np.copyto(scores[..., c0:], masked_score(scores.dtype), where=block_hidden[..., c0:])
         scores -= scores.max(axis=-1, keepdims=True)  # softmax numerator, in place
         np.exp(scores, out=scores)
         denominator = scores.sum(axis=-1, keepdims=True)  # [B, H, i1-i0, 1]

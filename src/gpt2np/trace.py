@@ -45,7 +45,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from .attention import MASKED_SCORE, causal_mask, merge_heads, split_heads
+from .attention import causal_mask, masked_score, merge_heads, split_heads
 from .hparams import HParams
 from .layers import gelu, layernorm, linear, softmax
 from .model import GPT2, embed, head
@@ -230,7 +230,7 @@ def _attention(
     scale = 1.0 / math.sqrt(q.shape[-1])  # a Python float keeps float32 as float32
     scores = record(prefix + "scores", (q @ k.swapaxes(-1, -2)) * scale)  # [B, H, T, S]
     mask = causal_mask(q.shape[-2], T_past)  # [T, S]
-    masked = np.where(mask, scores, np.asarray(MASKED_SCORE, dtype=scores.dtype))
+    masked = np.where(mask, scores, masked_score(scores.dtype))
     probs = record(prefix + "probs", softmax(masked))  # [B, H, T, S]
     merged = record(prefix + "merged", merge_heads(probs @ v))  # [B, H, T, Dh] -> [B, T, D]
     return record(prefix + "c_proj", linear(merged, **c_proj)), present
