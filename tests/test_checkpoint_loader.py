@@ -276,6 +276,14 @@ def test_missing_hparams_and_bad_json(tmp_path):
         load_dir(d)
 
 
+@pytest.mark.parametrize("name", ["hparams.json", "config.json"])
+def test_deeply_nested_json_names_the_file(tmp_path, name):
+    d = copy(tmp_path, TF_SMALL if name == "hparams.json" else HF_SMALL)
+    (d / name).write_text("[" * 100_000)  # json.load's recursion limit, not a ValueError
+    with pytest.raises(CheckpointError, match=name):
+        load_dir(d, cache_dir=tmp_path / "c")
+
+
 def test_checkpoint_file_naming_another_machine(tmp_path):
     d = copy(tmp_path, TF_SMALL)
     (d / "checkpoint").write_text('model_checkpoint_path: "/elsewhere/models/model.ckpt"\n')

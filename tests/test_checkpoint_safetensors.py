@@ -137,6 +137,21 @@ F32_2 = {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}
         ({"a": {**F32_2, "data_offsets": [0, True]}}, bytes(8), None, "data_offsets"),
         ({"__metadata__": {"k": 1}}, b"", None, "__metadata__"),
         (b'{"a": 1, "a": 2}', b"", None, "duplicate"),
+        (b"[" * 100_000, b"", None, "not valid JSON"),  # too deep for json: RecursionError
+        ({"a": {**F32_2, "dtype": ["F32"]}}, bytes(8), None, "unknown dtype"),
+        ({"a": {"dtype": "F32", "shape": [0, 2**63], "data_offsets": [0, 0]}}, b"", None, "shape"),
+        (
+            {"a": {"dtype": "F32", "shape": [0, 2**62, 2**62], "data_offsets": [0, 0]}},
+            b"",
+            None,
+            "shape",
+        ),
+        (
+            {"a": {"dtype": "F32", "shape": [1] * 65, "data_offsets": [0, 4]}},
+            bytes(4),
+            None,
+            "shape",
+        ),
     ],
 )
 def test_lying_header(tmp_path, header, data, length, message):

@@ -51,7 +51,7 @@ def _read_json(path: str) -> Any:
             return json.load(f)
     except FileNotFoundError:
         raise CheckpointError(f"missing {path}") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
         raise CheckpointError(f"cannot read {path}: {e}") from None
 
 

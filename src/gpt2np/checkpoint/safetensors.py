@@ -76,7 +76,7 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> tuple[dict[str, Any
         raise CheckpointError(f"cannot read {path}: {e}") from None
     try:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # deep nesting: recursion
         raise _fail(path, f"header is not valid JSON: {e}") from None
     if not isinstance(header, dict):
         raise _fail(path, "header is not a JSON object")
@@ -98,7 +98,7 @@ def _validate(path: str, header: dict[str, Any], data_size: int) -> None:
         if not isinstance(info, dict) or set(info) != {"dtype", "shape", "data_offsets"}:
             raise _fail(path, f"{where}: entry must have exactly dtype, shape, data_offsets")
         dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
-        if dtype not in DTYPES:
+        if not isinstance(dtype, str) or dtype not in DTYPES:
             raise _fail(path, f"{where}: unknown dtype {dtype!r}")
         if not isinstance(shape, list) or not all(_is_uint(d) for d in shape):
             raise _fail(path, f"{where}: shape {shape!r} is not a list of non-negative ints")
@@ -115,6 +115,10 @@ def _validate(path: str, header: dict[str, Any], data_size: int) -> None:
             raise _fail(
                 path, f"{where}: {end - begin} bytes for shape {shape} of {dtype} ({nbytes} bytes)"
             )
+        try:  # NumPy's own limits (at most 64 dims, a size that fits), checked with no memory
+            np.broadcast_to(np.zeros((), DTYPES[dtype]), shape)
+        except ValueError as e:
+            raise _fail(path, f"{where}: shape {shape} is not possible in NumPy: {e}") from None
         spans.append((begin, end, name))
     covered = 0
     for begin, end, name in sorted(spans):
