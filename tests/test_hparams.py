@@ -49,6 +49,21 @@ def test_from_json_and_errors(tmp_path) -> None:
         gpt2np.HParams(n_ctx=10.5)
 
 
+def test_from_json_names_the_file_and_wants_an_object(tmp_path) -> None:
+    path = tmp_path / "hparams.json"
+    for content, error, match in [
+        ("{not json", ValueError, "Expecting property name"),
+        ('"n_vocab n_ctx n_embd n_head n_layer"', TypeError, r"a JSON object\), got str"),
+        ('{"n_vocab": 5, "n_ctx": 4, "n_embd": 4, "n_head": 2}', ValueError, "missing n_layer"),
+    ]:
+        path.write_text(content)
+        with pytest.raises(error, match=match) as e:
+            gpt2np.HParams.from_json(path)
+        assert str(e.value).startswith(f"{path}: ")
+    with pytest.raises(TypeError, match="must be a dict"):
+        gpt2np.HParams.from_dict(None)
+
+
 def test_flatten_unflatten_round_trip() -> None:
     h = gpt2np.HParams(n_vocab=10, n_ctx=8, n_embd=8, n_head=2, n_layer=2)
     params = init_params(h)

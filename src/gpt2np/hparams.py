@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["HPARAMS", "MODEL_NAMES", "HParams"]
@@ -55,6 +56,8 @@ class HParams:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> HParams:
         """Build from an hparams.json dict; unknown keys are ignored, missing keys are an error."""
+        if not isinstance(d, Mapping):  # else `n not in d` is a substring test on a str
+            raise TypeError(f"hparams must be a dict (a JSON object), got {type(d).__name__}")
         names = [f.name for f in dataclasses.fields(cls)]
         missing = [n for n in names if n not in d]
         if missing:
@@ -63,9 +66,13 @@ class HParams:
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> HParams:
-        """Read OpenAI's hparams.json."""
+        """Read OpenAI's hparams.json; a ValueError/TypeError names the file."""
         with open(path, encoding="utf-8") as f:
-            return cls.from_dict(json.load(f))
+            try:
+                return cls.from_dict(json.load(f))
+            except (ValueError, TypeError) as e:  # also JSONDecodeError, UnicodeDecodeError
+                error = ValueError if isinstance(e, ValueError) else TypeError
+                raise error(f"{os.fspath(path)}: {e}") from None
 
 
 #: The four sizes OpenAI released, keyed by the name of their download directory.
