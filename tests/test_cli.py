@@ -175,3 +175,37 @@ def test_interrupt_and_subcommands_in_process(monkeypatch, capsys):
     )
     if __import__("importlib").util.find_spec("gpt2np.cli_trace"):
         assert {"dump", "compare"} <= set(commands)
+
+
+def run_bytes(*args: str, home: pathlib.Path, stdin: bytes):
+    env = dict(os.environ, PYTHONIOENCODING="utf-8", GPT2NP_HOME=str(home), LC_ALL="C")
+    env.pop("GPT2NP_DEBUG", None)
+    env.pop("PYTHONUTF8", None)
+    return subprocess.run(
+        [sys.executable, "-m", "gpt2np", *args], input=stdin, capture_output=True, env=env
+    )
+
+
+def test_score_reads_the_exact_utf8_bytes_of_file_and_stdin(model, model_dir, home, tmp_path):
+    # CRLF is scored as written (GPT-2 has tokens for "\r"), the same from a file and stdin.
+    text = "line one\r\nline two\r\n"
+    expected = score(model, text)
+    path = tmp_path / "crlf.txt"
+    path.write_bytes(text.encode())
+    for proc in (
+        run_bytes("score", str(path), "--model", str(model_dir), home=home, stdin=b""),
+        run_bytes("score", "-", "--model", str(model_dir), home=home, stdin=text.encode()),
+    ):
+        assert proc.returncode == 0, proc.stderr
+        fields = {line.split()[0]: line.split()[1] for line in proc.stdout.decode().splitlines()}
+        assert int(fields["tokens"]) == expected.n_tokens
+        assert float(fields["nll"]) == pytest.approx(expected.nll, abs=1e-5)
+    # Invalid UTF-8 is an error naming the input, never silently scored as U+FFFD.
+    bad = b"ab c\xff de"
+    path.write_bytes(bad)
+    for proc, name in (
+        (run_bytes("score", str(path), "--model", str(model_dir), home=home, stdin=b""), "crlf"),
+        (run_bytes("score", "-", "--model", str(model_dir), home=home, stdin=bad), "<stdin>"),
+    ):
+        proc.stderr = proc.stderr.decode()
+        assert_one_line_error(proc, 1, name, "not UTF-8", "0xff")

@@ -211,10 +211,7 @@ def _add_score(sub: Any) -> None:
 
 
 def run_score(args: argparse.Namespace) -> int:
-    if args.file == "-":
-        text = sys.stdin.read()
-    else:
-        text = pathlib.Path(args.file).read_text(encoding="utf-8")
+    text = _read_utf8(args.file)
     model = _load(args.model, args.dtype)
     from .scoring import score
 
@@ -230,6 +227,19 @@ def run_score(args: argparse.Namespace) -> int:
     print(f"nll         {result.nll:.6f} nats ({result.mean_nll:.6f} per token)")
     print(f"perplexity  {result.perplexity:.6f}")
     return 0
+
+
+def _read_utf8(file: str) -> str:
+    """FILE (or stdin for "-") as strict UTF-8, whatever the locale: sys.stdin would turn bad
+    bytes into surrogates under the C locale, which the tokenizer then scores as U+FFFD."""
+    name = "<stdin>" if file == "-" else file
+    data = sys.stdin.buffer.read() if file == "-" else pathlib.Path(file).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{name}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
+        ) from None
 
 
 # -- tokenize / detokenize ---------------------------------------------------------------------
