@@ -97,6 +97,13 @@ def test_dump_float64_and_names(tiny_model, tmp_path) -> None:
         dump(tiny_model, IDS, tmp_path / "no" / "x.npz")
 
 
+def test_dump_names_from_a_generator_are_recorded(tiny_model, tmp_path) -> None:
+    manifest = dump(tiny_model, IDS, tmp_path / "g.npz", names=(g for g in ["h1.*", "logits"]))
+    assert manifest["names"] == ["h1.*", "logits"]
+    assert [t["name"] for t in manifest["tensors"]][-1] == "logits"
+    assert len(manifest["tensors"]) == 1 + 15 + 1  # ids, h1.*, logits
+
+
 def test_dump_text_prompt_uses_the_tokenizer(tmp_path) -> None:
     hp = gpt2np.HParams(n_vocab=50257, n_ctx=16, n_embd=8, n_head=2, n_layer=1)
     model = gpt2np.GPT2(hp, gpt2np.init_params(hp, seed=1))

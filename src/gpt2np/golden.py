@@ -77,6 +77,8 @@ def dump(
     """
     from . import __version__  # here, not at the top: gpt2np/__init__.py imports this module
 
+    if names is not None and not isinstance(names, str):
+        names = list(names)  # a generator would be used up by trace before the manifest
     sha = weights_sha256(model.params, model.hparams)
     weights_dtype = model.dtype.name
     if dtype is not None:
