@@ -89,6 +89,12 @@ def test_partitioned_variable_is_refused():
 # --- damage -----------------------------------------------------------------------------------
 
 
+def test_tensor_of_more_dims_than_numpy_holds_is_refused_by_name():
+    """TensorFlow saved a [1] * 65 tensor (scripts/make_tf_deep_fixture.py); NumPy stops at 64."""
+    with pytest.raises(CheckpointError, match=r"tensor deep in .*model\.ckpt\.index .*NumPy"):
+        read_tf_checkpoint(TF / "deep" / "model.ckpt")
+
+
 def test_flipped_byte_in_data_names_tensor(tmp_path):
     d = copy(tmp_path, "small")
     e = read_tf_index(d / "model.ckpt")[1]["model/h1/attn/c_proj/w"]

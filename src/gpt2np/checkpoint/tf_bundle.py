@@ -108,6 +108,12 @@ def _check_entry(index: str, name: str, entry: BundleEntry, header: BundleHeader
         )
     if entry.crc32c is None:
         raise CheckpointError(f"{where} has no checksum")
+    try:  # TF allows rank 254 and any dims of an empty tensor; NumPy does not (no allocation)
+        np.broadcast_to(np.zeros((), dtype), entry.shape)
+    except ValueError as e:
+        raise CheckpointError(
+            f"{where} has shape {list(entry.shape)}, which NumPy cannot hold: {e}"
+        ) from None
     return dtype
 
 
