@@ -120,6 +120,15 @@ def test_use_cache_false_writes_nothing(tmp_path, home):
     assert not (home / "cache").exists()
 
 
+def test_index_file_path_honours_cache_dir_and_use_cache(tmp_path, home):
+    index = TF_SMALL / "model.ckpt.index"
+    load_dir(index, use_cache=False, cache_dir=tmp_path / "c")
+    assert not (tmp_path / "c").exists() and not (home / "cache").exists()
+    model = load_dir(index, cache_dir=tmp_path / "c")
+    assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
+    assert len(os.listdir(tmp_path / "c")) == 1 and not (home / "cache").exists()
+
+
 @pytest.mark.parametrize("path", ["byte copy", "general"])
 def test_interrupted_conversion_leaves_no_entry(tmp_path, monkeypatch, path):
     from gpt2np.checkpoint import cache as cache_module

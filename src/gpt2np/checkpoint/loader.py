@@ -83,7 +83,7 @@ def load_dir(
     if cache_dir is not None:
         cache_dir = os.path.expanduser(os.fspath(cache_dir))
     if os.path.isfile(path):
-        return _load_file(path, dtype)
+        return _load_file(path, dtype, cache_dir, use_cache)
     if not os.path.isdir(path):
         raise CheckpointError(f"no such checkpoint directory or file: {path}")
     names = set(os.listdir(path))
@@ -102,11 +102,12 @@ def load_dir(
     )
 
 
-def _load_file(path: str, dtype: Any) -> GPT2:
+def _load_file(path: str, dtype: Any, cache_dir: Any, use_cache: bool) -> GPT2:
     if path.endswith(".safetensors"):
         return _load_hf(os.path.dirname(path) or ".", dtype, files=[path])
     if path.endswith(".index"):
-        return _load_tf_prefix(os.path.dirname(path) or ".", path[: -len(".index")], dtype)
+        prefix = path[: -len(".index")]
+        return _load_tf_prefix(os.path.dirname(path) or ".", prefix, dtype, cache_dir, use_cache)
     if _PICKLE_NAMES.match(os.path.basename(path)):
         raise _refuse_pickle(path)
     raise CheckpointError(f"{path}: not a checkpoint gpt2np reads (.safetensors or TF .index)")
