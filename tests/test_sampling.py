@@ -154,3 +154,25 @@ def test_filter_logits_is_float64_and_never_all_removed():
 def test_bad_sampling_args(args, error):
     with pytest.raises(error):
         check_sampling_args(*args)
+
+
+@pytest.mark.parametrize("temperature", [1e-8, 1e-300, 1e-310, 5e-324])
+def test_tiny_temperature_is_greedy_not_overflow(temperature):
+    # logits / T overflowed to +inf for every entry: softmax NaN, and the last id was drawn.
+    logits = np.array([[0.5, 2.0, 1.0, -3.0], [-1.0, -2.0, -0.5, -9.0]])
+    with np.errstate(over="raise", invalid="raise"):
+        probs = probabilities(logits, temperature)
+        ids = sample(logits, [np.random.default_rng(0)] * 2, temperature, top_k=3, top_p=0.9)
+    np.testing.assert_array_equal(probs, [[0, 1, 0, 0], [0, 0, 1, 0]])
+    np.testing.assert_array_equal(ids, [1, 2])
+
+
+@pytest.mark.parametrize("row", [[NEG, 1.0, np.nan], [np.inf, 1.0, 0.0], [NEG, NEG, NEG]])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_logits_without_a_distribution_are_an_error(row, temperature):
+    # NaN (say from a damaged model) used to come out as some id without a word.
+    logits = np.array([[0.0, 1.0, 2.0], row])
+    with pytest.raises(ValueError, match="NaN"):
+        sample(logits, [np.random.default_rng(0)] * 2, temperature)
+    with pytest.raises(ValueError, match="NaN"):
+        probabilities(logits, temperature)

@@ -84,7 +84,11 @@ def filter_logits(
 
     ``temperature`` must be > 0 here (0 is greedy and handled by :func:`sample`).
     """
-    scaled = np.asarray(logits, dtype=np.float64) / temperature
+    x = np.asarray(logits, dtype=np.float64)
+    # Subtract the row max first: a tiny temperature then sends the others to -inf (greedy in
+    # the limit) instead of overflowing them all to +inf, whose softmax is NaN.
+    with np.errstate(over="ignore"):
+        scaled = (x - x.max(axis=-1, keepdims=True)) / temperature
     return top_p_logits(top_k_logits(scaled, top_k), top_p)
 
 
@@ -96,7 +100,7 @@ def probabilities(
     temperature = 0 puts all the mass on the first argmax.
     """
     check_sampling_args(temperature, top_k, top_p)
-    logits = np.asarray(logits)
+    logits = _check_logits(logits)
     if temperature == 0:
         one_hot = np.zeros(logits.shape, dtype=np.float64)
         np.put_along_axis(one_hot, np.argmax(logits, axis=-1)[..., None], 1.0, axis=-1)
@@ -115,7 +119,7 @@ def sample(
 
     Greedy (temperature 0) is the argmax and draws nothing from the generators.
     """
-    logits = np.asarray(logits)
+    logits = _check_logits(logits)
     if temperature == 0:
         return np.argmax(logits, axis=-1).astype(np.int64)
     probs = probabilities(logits, temperature, top_k, top_p)  # [B, V]
@@ -128,6 +132,15 @@ def sample(
         i = int(np.searchsorted(cdf[b], u, side="right"))
         out[b] = min(i, int(np.flatnonzero(probs[b])[-1]))
     return out
+
+
+def _check_logits(logits: np.ndarray) -> np.ndarray:
+    """``logits`` as an array, or ValueError if a row holds NaN or +inf or is all -inf: it
+    has no distribution to draw from, and argmax/cumsum would silently pick some id."""
+    logits = np.asarray(logits)
+    if np.isnan(logits).any() or not np.isfinite(np.max(logits, axis=-1)).all():
+        raise ValueError("logits contain NaN, +inf, or a row that is all -inf; cannot sample")
+    return logits
 
 
 def _softmax64(x: np.ndarray) -> np.ndarray:
