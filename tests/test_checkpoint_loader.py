@@ -481,12 +481,29 @@ def test_damaged_cache_entry_is_rebuilt(tmp_path):
     assert not again.params["wte"].flags.writeable
 
 
-def test_unwritable_cache_still_loads(tmp_path):
+@pytest.mark.parametrize("path", ["byte copy", "general"])
+def test_unwritable_cache_still_loads(tmp_path, monkeypatch, path):
+    from gpt2np.checkpoint import cache as cache_module
+
+    if path == "general":
+        monkeypatch.setattr(cache_module, "byte_copy_layout", lambda *a: None)
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    with pytest.warns(UserWarning, match="could not write the conversion cache"):
+    with pytest.warns(UserWarning, match="could not write the conversion cache") as caught:
         model = load_dir(TF_SMALL, cache_dir=blocker / "cache")
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
+    assert len(caught) == 1  # one warning, not one per attempt
+    assert caught[0].filename == __file__  # attributed to the caller of load_dir
+
+
+def test_damaged_cache_entry_warning_points_at_the_caller(tmp_path):
+    cache = tmp_path / "c"
+    load_dir(TF_SMALL, cache_dir=cache)
+    (entry,) = os.listdir(cache)
+    (cache / entry / "model.safetensors").write_bytes(b"\0" * 8)
+    with pytest.warns(UserWarning, match="damaged cache entry") as caught:
+        load_dir(TF_SMALL, cache_dir=cache)
+    assert [w.filename for w in caught] == [__file__]
 
 
 def test_vocabulary_is_parsed_on_first_use_and_its_errors_name_the_file(tmp_path, monkeypatch):

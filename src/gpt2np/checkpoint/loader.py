@@ -147,6 +147,7 @@ def _load_tf_prefix(
     hparams_path = os.path.join(directory, "hparams.json")
     hparams = _hparams(hparams_path)
     tokenizer = _tokenizer(directory, "encoder.json", "vocab.bpe")
+    write_cache = use_cache
     if use_cache:
         header, _ = read_tf_index(prefix)
         shards = []
@@ -165,18 +166,19 @@ def _load_tf_prefix(
             try:
                 cache.write_entry_by_copy(root, key, prefix, layout, hf_config(hparams), meta)
             except OSError as e:  # a read-only or full cache: the general path reads it
-                warnings.warn(f"could not write the conversion cache in {root}: {e}", stacklevel=3)
+                warnings.warn(f"could not write the conversion cache in {root}: {e}", stacklevel=4)
+                write_cache = False  # and writing it again would fail alike: warn once
             else:
                 flat = _read_cache_entry(root, key, hparams)
                 if flat is not None:
                     return GPT2(hparams, unflatten(flat, hparams), tokenizer, dtype=dtype)
     flat = flat_from_openai(read_tf_checkpoint(prefix), hparams, f"checkpoint {prefix}")
-    if use_cache:
+    if write_cache:
         try:
             meta = {"format": "pt", "source": os.path.abspath(prefix), "gpt2np_key": key}
             cache.write_entry(root, key, hf_from_flat(flat), hf_config(hparams), meta)
         except OSError as e:  # a read-only or full cache must not stop the load
-            warnings.warn(f"could not write the conversion cache in {root}: {e}", stacklevel=3)
+            warnings.warn(f"could not write the conversion cache in {root}: {e}", stacklevel=4)
     return GPT2(hparams, unflatten(flat, hparams), tokenizer, dtype=dtype)
 
 
@@ -192,7 +194,7 @@ def _read_cache_entry(root: str, key: str, hparams: HParams) -> dict[str, np.nda
     try:
         return _read_hf_flat(os.path.join(hit, "model.safetensors"), hparams)
     except CheckpointError as e:
-        warnings.warn(f"discarding a damaged cache entry: {e}", stacklevel=4)
+        warnings.warn(f"discarding a damaged cache entry: {e}", stacklevel=5)
         shutil.rmtree(hit, ignore_errors=True)
         return None
 
