@@ -221,6 +221,20 @@ def test_cache_arguments(tiny_model) -> None:
     assert cache.pad.tolist() == [3, 0] and cache.pad.dtype == np.int64
 
 
+def test_cache_of_another_model_is_refused(tiny_model) -> None:
+    h = tiny_model.hparams
+    for other in (
+        gpt2np.HParams(h.n_vocab, h.n_ctx, h.n_embd, h.n_head, h.n_layer - 1),  # skips a block
+        gpt2np.HParams(h.n_vocab, h.n_ctx, h.n_embd, 1, h.n_layer),
+        gpt2np.HParams(h.n_vocab, 2 * h.n_ctx, h.n_embd, h.n_head, h.n_layer),
+    ):
+        cache = gpt2np.KVCache(other, 1, max_len=other.n_ctx)
+        with pytest.raises(ValueError, match="was not made for this model"):
+            tiny_model.forward_cached([[1, 2, 3]], cache)
+    with pytest.raises(TypeError, match="KVCache"):
+        tiny_model.forward_cached([[1, 2, 3]], None)
+
+
 def test_constructor_checks(tiny_hparams, tiny_model) -> None:
     with pytest.raises(TypeError, match="HParams"):
         gpt2np.GPT2({"n_layer": 2}, tiny_model.params)

@@ -269,6 +269,17 @@ class GPT2:
         """Forward the next tokens ``ids`` [B, T] through a preallocated :class:`KVCache`,
         writing their keys and values in place. Returns logits [B, T, V] ([B, 1, V] with
         ``last_only``)."""
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache (model.new_cache()), got {type(cache)}")
+        L, _, _, H, max_len, Dh = cache.kv.shape
+        h = self.hparams
+        if (L, H, Dh) != (h.n_layer, h.n_head, h.d_head) or max_len > h.n_ctx:
+            # a cache with fewer layers would silently skip blocks (transformer() zips them)
+            raise ValueError(
+                f"the cache [L={L}, B, 2, H={H}, max_len={max_len}, Dh={Dh}] was not made for "
+                f"this model (n_layer={h.n_layer}, n_head={h.n_head}, d_head={h.d_head}, "
+                f"n_ctx={h.n_ctx}); use model.new_cache()"
+            )
         ids2 = self.check_ids(ids)
         if ids2.shape[0] != cache.batch:
             raise ValueError(f"ids have batch {ids2.shape[0]}, the cache has {cache.batch}")
