@@ -362,3 +362,17 @@ def test_real_124m_greedy_the_dog():
     assert (
         text == " was found in a field near the intersection of West and West Streets.\n\nThe dog"
     )
+
+
+def test_bad_arguments_are_refused_before_a_named_model_is_loaded(tiny_model, monkeypatch):
+    # gpt2np.generate("hi", max_new_tokens=-1) used to download/load 124M first, then refuse.
+    loads = []
+    load = lambda name, dtype=None: loads.append(name) or tiny_model  # noqa: E731
+    monkeypatch.setitem(sys.modules, "gpt2np.api", types.SimpleNamespace(load=load))
+    monkeypatch.setattr("gpt2np.generation._models", {})
+    for kw in (dict(max_new_tokens=-1), dict(top_p=2.0), dict(stop=""), dict(seed=-1)):
+        with pytest.raises(ValueError):
+            gpt2np.generate([1, 2], model="124M", **kw)
+    with pytest.raises(TypeError):
+        gpt2np.generate(3.5, model="124M")
+    assert loads == []

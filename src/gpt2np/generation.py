@@ -75,7 +75,6 @@ def generate(
     context: "error" (ValueError when prompt + max_new_tokens > n_ctx) or "slide" (keep the
         last n_ctx tokens; see the module docstring for the cost).
     """
-    gpt2 = _resolve_model(model, dtype)
     _check_int("max_new_tokens", max_new_tokens)
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
@@ -85,6 +84,7 @@ def generate(
         raise ValueError(f"context must be one of {CONTEXT_MODES}, got {context!r}")
     is_text, is_batch, prompts = _split_prompt(prompt)
     stops = _check_stop(stop, is_text)
+    gpt2 = _resolve_model(model, dtype)  # after the checks: a named model may be downloaded
     rows = [_encode(gpt2, p) if is_text else _check_row(gpt2, p) for p in prompts]
     longest = max(len(r) for r in rows)
     if context == "error" and longest + max_new_tokens > gpt2.hparams.n_ctx:
