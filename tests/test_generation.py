@@ -376,3 +376,8 @@ def test_bad_arguments_are_refused_before_a_named_model_is_loaded(tiny_model, mo
     with pytest.raises(TypeError):
         gpt2np.generate(3.5, model="124M")
     assert loads == []
+
+
+def test_an_empty_2d_batch_is_a_clear_error(tiny_model):
+    with pytest.raises(ValueError, match="empty batch"):  # was: "max() arg is an empty sequence"
+        generate(np.zeros((0, 3), dtype=np.int64), tiny_model, max_new_tokens=2)

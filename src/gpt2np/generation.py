@@ -253,6 +253,8 @@ def _split_prompt(prompt: Any) -> tuple[bool, bool, list[Any]]:
         return True, False, [prompt]
     if isinstance(prompt, np.ndarray):
         if prompt.ndim == 2:
+            if len(prompt) == 0:
+                raise ValueError(f"prompt is an empty batch of ids, shape {prompt.shape}")
             return False, True, list(prompt)
         return False, False, [prompt]
     if not isinstance(prompt, (list, tuple)):
