@@ -254,6 +254,11 @@ def test_constructor_checks(tiny_hparams, tiny_model) -> None:
     params["wte"] = params["wte"].astype(np.float64)
     with pytest.raises(TypeError, match="mix dtypes"):
         gpt2np.GPT2(tiny_hparams, params)
+    for dtype in (np.int32, bool, np.complex64):
+        with pytest.raises(TypeError, match="dtype must be a float type"):
+            gpt2np.GPT2(tiny_hparams, tiny_model.params, dtype=dtype)
+        with pytest.raises(TypeError, match="dtype must be a float type"):
+            tiny_model.astype(dtype)
 
 
 def test_tokenizer_needs_gpt2_vocab(tiny_model) -> None:

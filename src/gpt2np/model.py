@@ -207,6 +207,8 @@ class GPT2:
             raise TypeError(f"hparams must be an HParams, got {type(hparams).__name__}")
         check_params(params, hparams)
         if dtype is not None:
+            if not np.issubdtype(np.dtype(dtype), np.floating):  # int weights would be garbage
+                raise TypeError(f"dtype must be a float type such as float64, got {dtype!r}")
             params = cast_params(params, dtype)
         dtypes = {a.dtype for a in _leaves(params)}
         if len(dtypes) != 1:
