@@ -71,6 +71,7 @@ def test_tokenize_and_detokenize(home):
     assert_one_line_error(run("tokenize", "a<|endoftext|>", home=home), 1, "--allow-special")
     assert_one_line_error(run("detokenize", "15496,x", home=home), 1, "'x'")
     assert_one_line_error(run("detokenize", "99999", home=home), 1, "99999")
+    assert_one_line_error(run("detokenize", "15496 ²", home=home), 1, "must be integers", "'²'")
 
 
 def test_generate_streams_what_generate_returns(model, model_dir, home):

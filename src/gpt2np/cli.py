@@ -280,10 +280,13 @@ def run_detokenize(args: argparse.Namespace) -> int:
     parts = " ".join(args.ids).replace(",", " ").split()
     if not parts:
         raise ValueError("no token ids given; e.g. gpt2np detokenize 15496 995")
-    bad = [p for p in parts if not p.lstrip("-").isdigit()]
-    if bad:
-        raise ValueError(f"token ids must be integers, got {bad[0]!r}")
-    sys.stdout.write(Tokenizer().decode([int(p) for p in parts]) + "\n")
+    ids = []
+    for part in parts:
+        try:  # not str.isdigit: it accepts "²", which int() refuses with a bare message
+            ids.append(int(part))
+        except ValueError:
+            raise ValueError(f"token ids must be integers, got {part!r}") from None
+    sys.stdout.write(Tokenizer().decode(ids) + "\n")
     return 0
 
 
