@@ -214,6 +214,16 @@ def test_cache_arguments(tiny_model) -> None:
         tiny_model.new_cache(max_len=33)
     with pytest.raises(ValueError, match="pad"):
         tiny_model.new_cache(batch=2, pad=[1])
+    for kwargs in (
+        {"max_len": 5.7},
+        {"batch": 2.0},
+        {"batch": "2"},
+        {"batch": None},
+        {"max_len": True},
+    ):
+        with pytest.raises(TypeError, match=f"{next(iter(kwargs))} must be an int"):
+            tiny_model.new_cache(**kwargs)
+    assert tiny_model.new_cache(np.int64(2), max_len=np.int32(4)).kv.shape[1::3] == (2, 4)
     for pad in ([1.5, 0], [True, False], ["a", 0], [4, 0], [-1, 0]):
         with pytest.raises(ValueError, match=r"pad must be 2 ints in \[0, max_len=4\)"):
             tiny_model.new_cache(batch=2, max_len=4, pad=pad)

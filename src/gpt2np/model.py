@@ -12,6 +12,7 @@ that generation writes in place.
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Optional
 
 import numpy as np
@@ -115,7 +116,9 @@ class KVCache:
         dtype: np.dtype | type = np.float32,
         pad: Optional[np.ndarray] = None,
     ) -> None:
-        max_len = hparams.n_ctx if max_len is None else int(max_len)
+        # operator.index: an int (or numpy int); int() would turn max_len=5.7 into 5 silently
+        batch = _index("batch", batch)
+        max_len = hparams.n_ctx if max_len is None else _index("max_len", max_len)
         if not 0 < max_len <= hparams.n_ctx:
             raise ValueError(f"max_len must be in [1, n_ctx={hparams.n_ctx}], got {max_len}")
         if batch <= 0:
@@ -389,6 +392,15 @@ class GPT2:
             f"GPT2(n_layer={h.n_layer}, n_embd={h.n_embd}, n_head={h.n_head}, "
             f"n_vocab={h.n_vocab}, n_ctx={h.n_ctx}, dtype={self.dtype})"
         )
+
+
+def _index(name: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {value!r}") from None
 
 
 def _object_ids(arr: np.ndarray, n_vocab: int) -> np.ndarray:
