@@ -190,6 +190,9 @@ def test_bad_special_arguments(tok: Tokenizer) -> None:
         tok.encode("x", allowed_special="<|endoftext|>")
     with pytest.raises(ValueError, match="'forbidden'"):  # tiktoken: any text can be disallowed
         tok.encode("a forbidden word", disallowed_special={"forbidden"})
+    for kw in (dict(allowed_special=None), dict(disallowed_special=None)):  # was: 'NoneType'
+        with pytest.raises(TypeError, match=f"{next(iter(kw))} must be"):  # is not iterable
+            tok.encode("x", **kw)
 
 
 # -- bad input -------------------------------------------------------------------------------

@@ -192,7 +192,11 @@ class Tokenizer:
     def _special_set(self, value: SpecialSet, name: str) -> Set[str]:
         if value == "all":
             return self.special_tokens.keys()
-        if isinstance(value, (str, bytes)) or not all(isinstance(s, str) for s in value):
+        if (
+            isinstance(value, (str, bytes))
+            or not isinstance(value, Iterable)
+            or not all(isinstance(s, str) for s in value)
+        ):
             raise TypeError(f'{name} must be "all" or a collection of str, not {value!r}')
         return frozenset(value)
 
