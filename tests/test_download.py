@@ -7,6 +7,7 @@ three checkpoint files (their contents are checked by the converter, not here).
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import os
@@ -211,6 +212,52 @@ def test_hparams_of_another_size_are_refused(tmp_path, bucket, base_url) -> None
     with pytest.raises(gpt2np.DownloadError, match=r"hparams\.json.*published 124M"):
         gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
     assert not list((tmp_path / "124M").glob("hparams.json*"))
+
+
+def test_deeply_nested_hparams_are_refused(tmp_path, bucket, base_url) -> None:
+    bucket.files["124M/hparams.json"] = b"[" * 100_000  # json's recursion limit, not ValueError
+    with pytest.raises(gpt2np.DownloadError, match=r"not a valid hparams\.json"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert not list((tmp_path / "124M").glob("hparams.json*"))
+
+
+def test_full_disk_is_a_download_error_naming_url_and_file(tmp_path, bucket, base_url, monkeypatch):
+    """ENOSPC while writing the data file: DownloadError naming URL and .part; the partial
+    .part is kept (a later call resumes it) but nothing is under the final name."""
+    real_open = open
+
+    class FullDisk:
+        def __init__(self, f):
+            self.f, self.written = f, 0
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, chunk):
+            if self.written >= 1 << 20:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.written += len(chunk)
+            return self.f.write(chunk)
+
+    def open_on_a_full_disk(path, mode="r", *args, **kwargs):
+        f = real_open(path, mode, *args, **kwargs)
+        return FullDisk(f) if str(path).endswith(f"{DATA}.part") else f
+
+    monkeypatch.setattr(dl, "open", open_on_a_full_disk, raising=False)
+    with pytest.raises(gpt2np.DownloadError, match="No space left") as err:
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert f"{base_url}/124M/{DATA}" in str(err.value) and f"{DATA}.part" in str(err.value)
+    directory = tmp_path / "124M"
+    assert not (directory / DATA).exists() and not (directory / dl.MANIFEST).exists()
+    kept = (directory / f"{DATA}.part").read_bytes()
+    assert kept and bucket.files[f"124M/{DATA}"].startswith(kept)  # a correct prefix
+    monkeypatch.undo()  # space freed: the next call resumes from the prefix
+    monkeypatch.setattr(dl, "BACKOFF_SECONDS", 0.001)
+    assert_release(gpt2np.download("124M", models_dir=tmp_path, base_url=base_url), bucket)
+    assert resumed_from(bucket.requests_for(f"124M/{DATA}")[-1]) == len(kept)
 
 
 def test_read_timeout_is_retried_and_resumed(tmp_path, bucket, base_url, monkeypatch) -> None:

@@ -154,6 +154,10 @@ def _download_missing(name: str, directory: pathlib.Path, base: str, progress: b
                 _fetch(session, url, part, progress)
             except _Transient as e:
                 raise DownloadError(_no_network_message(url, name, directory, base, e)) from e
+            except DownloadError:
+                raise
+            except OSError as e:  # our side: a full disk, a read-only directory
+                raise DownloadError(f"could not save {fname} from {url} in {part}: {e}") from e
             reason = _check(name, fname, part)
             if reason:
                 part.unlink(missing_ok=True)
@@ -191,7 +195,7 @@ def _check(name: str, fname: str, path: pathlib.Path) -> Optional[str]:
     if fname == "hparams.json":
         try:
             got = _hparams.HParams.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (ValueError, TypeError, UnicodeDecodeError) as e:
+        except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as e:
             return f"not a valid hparams.json ({e})"
         if got != _hparams.HPARAMS[name]:
             return f"hparams {got} differ from the published {name} {_hparams.HPARAMS[name]}"
