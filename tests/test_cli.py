@@ -210,3 +210,9 @@ def test_score_reads_the_exact_utf8_bytes_of_file_and_stdin(model, model_dir, ho
     ):
         proc.stderr = proc.stderr.decode()
         assert_one_line_error(proc, 1, name, "not UTF-8", "0xff")
+
+
+def test_importing_dunder_main_does_not_run_the_cli():
+    code = "import gpt2np.__main__; print('imported')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "imported\n", proc

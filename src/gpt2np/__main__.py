@@ -2,4 +2,5 @@
 
 from .cli import main
 
-raise SystemExit(main())
+if __name__ == "__main__":  # importing this module (doc tools, module walkers) must not exit
+    raise SystemExit(main())
