@@ -302,6 +302,22 @@ def test_checkpoint_file_naming_another_machine(tmp_path):
         load_dir(d)
 
 
+def test_relative_checkpoint_path_is_relative_to_the_directory(tmp_path, monkeypatch):
+    """TensorFlow resolves a relative model_checkpoint_path against the checkpoint file's
+    directory; the working directory (here holding another checkpoint) must play no part."""
+    d = tmp_path / "m"
+    shutil.copytree(TF_SMALL, d / "sub")
+    shutil.move(d / "sub" / "hparams.json", d / "hparams.json")
+    (d / "checkpoint").write_text('model_checkpoint_path: "sub/model.ckpt"\n')
+    assert_matches_openai(load_dir(d, use_cache=False), npz(TF_SMALL / "expected.npz"))
+    decoy = copy(tmp_path, FIXTURES / "tf" / "sharded", "cwd")
+    shutil.copytree(decoy, decoy / "sub")  # a sub/model.ckpt.index under the working directory
+    shutil.rmtree(d / "sub")
+    monkeypatch.chdir(decoy)
+    with pytest.raises(CheckpointError, match=r"sub/model\.ckpt"):
+        load_dir(d, use_cache=False)
+
+
 def test_truncated_checkpoint_through_load_dir(tmp_path):
     d = copy(tmp_path, TF_SMALL)
     data = d / "model.ckpt.data-00000-of-00001"

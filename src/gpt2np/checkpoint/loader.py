@@ -126,8 +126,12 @@ def find_prefix(directory: str) -> str:
             raise CheckpointError(f"{state} names no model_checkpoint_path")
         named = m.group(1)
         # Files of a release travel together: prefer the prefix inside this directory, since an
-        # absolute path written on another machine (or another copy) must not be followed.
-        for prefix in (os.path.join(directory, os.path.basename(named)), named):
+        # absolute path written on another machine (or another copy) must not be followed. Then
+        # the path as TensorFlow means it: relative to this directory (not to the working one).
+        for prefix in (
+            os.path.join(directory, os.path.basename(named)),
+            os.path.join(directory, named),
+        ):
             if os.path.isfile(prefix + ".index"):
                 return prefix
         raise CheckpointError(f"{state} names {named}, but {named}.index is not in {directory}")
