@@ -148,7 +148,10 @@ def test_user_errors_are_one_line(model_dir, home):
     assert_one_line_error(run("nosuchcommand", home=home), 2)
     too_long = ("--max-new-tokens", "100", "--temperature", "0")
     assert_one_line_error(
-        run("generate", "hi", "--model", str(model_dir), *too_long, home=home), 1, "n_ctx"
+        run("generate", "hi", "--model", str(model_dir), *too_long, home=home),
+        1,
+        "n_ctx",
+        "--context slide",  # the CLI's spelling, not only the API's context='slide'
     )
     debug = run("generate", "hi", "--model", "/no/such/dir", home=home, debug=True)
     assert debug.returncode != 0 and "Traceback" in debug.stderr

@@ -90,7 +90,8 @@ def generate(
     if context == "error" and longest + max_new_tokens > gpt2.hparams.n_ctx:
         raise ValueError(
             f"prompt of {longest} tokens + max_new_tokens={max_new_tokens} exceeds the model's "
-            f"context n_ctx={gpt2.hparams.n_ctx}; shorten them or pass context='slide'"
+            f"context n_ctx={gpt2.hparams.n_ctx}; shorten them or pass context='slide' "
+            "(--context slide on the command line)"
         )
     eot = _eot_id(gpt2)
     states = [_TextRow(gpt2.tokenizer, stops, eot) if is_text else _IdRow(eot) for _ in rows]
