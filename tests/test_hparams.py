@@ -71,3 +71,11 @@ def test_flatten_unflatten_round_trip() -> None:
     assert list(flat) == list(expected_shapes(h))  # forward order
     assert flatten(unflatten(flat, h)).keys() == flat.keys()
     assert {k: v.shape for k, v in flat.items()} == expected_shapes(h)
+
+
+def test_unflatten_names_a_missing_tensor() -> None:
+    h = gpt2np.HParams(n_vocab=10, n_ctx=8, n_embd=8, n_head=2, n_layer=2)
+    flat = flatten(init_params(h))
+    del flat["blocks.1.mlp.c_fc.w"]
+    with pytest.raises(ValueError, match=r"lack tensor blocks\.1\.mlp\.c_fc\.w \[8, 32\]"):
+        unflatten(flat, h)

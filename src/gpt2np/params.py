@@ -64,9 +64,11 @@ def _walk(node: Any, prefix: str) -> Iterator[tuple[str, Any]]:
 
 
 def unflatten(flat: dict[str, np.ndarray], hparams: HParams) -> Params:
-    """{"blocks.0.ln_1.g": ...} -> nested params; raises KeyError naming a missing tensor."""
+    """{"blocks.0.ln_1.g": ...} -> nested params; raises ValueError naming a missing tensor."""
     params: Params = {}
-    for name in expected_shapes(hparams):  # forward order: wte, wpe, blocks, ln_f
+    for name, shape in expected_shapes(hparams).items():  # forward order: wte, wpe, blocks, ln_f
+        if name not in flat:
+            raise ValueError(f"flat params lack tensor {name} {list(shape)}")
         parts = name.split(".")
         node: Any = params
         if parts[0] == "blocks":
