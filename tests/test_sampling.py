@@ -176,3 +176,9 @@ def test_logits_without_a_distribution_are_an_error(row, temperature):
         sample(logits, [np.random.default_rng(0)] * 2, temperature)
     with pytest.raises(ValueError, match="NaN"):
         probabilities(logits, temperature)
+
+
+def test_one_generator_per_row_is_required():
+    # With fewer generators the rows left over returned uninitialised memory as ids.
+    with pytest.raises(ValueError, match="one Generator per row"):
+        sample(np.zeros((3, 5)), [np.random.default_rng(0)], 1.0)

@@ -123,6 +123,8 @@ def sample(
     if temperature == 0:
         return np.argmax(logits, axis=-1).astype(np.int64)
     probs = probabilities(logits, temperature, top_k, top_p)  # [B, V]
+    if len(rngs) != len(probs):  # else rows without a generator kept np.empty's garbage
+        raise ValueError(f"need one Generator per row: {len(probs)} rows, {len(rngs)} rngs")
     cdf = np.cumsum(probs, axis=-1)
     out = np.empty(len(probs), dtype=np.int64)
     for b, rng in enumerate(rngs):
