@@ -182,3 +182,8 @@ def test_one_generator_per_row_is_required():
     # With fewer generators the rows left over returned uninitialised memory as ids.
     with pytest.raises(ValueError, match="one Generator per row"):
         sample(np.zeros((3, 5)), [np.random.default_rng(0)], 1.0)
+
+
+def test_sample_needs_2d_logits():
+    with pytest.raises(ValueError, match=r"\[B, V\]"):
+        sample(np.zeros(5), [np.random.default_rng(0)], 1.0)

@@ -120,6 +120,8 @@ def sample(
     Greedy (temperature 0) is the argmax and draws nothing from the generators.
     """
     logits = _check_logits(logits)
+    if logits.ndim != 2:  # 1-D [V] used to fail with an IndexError on cdf[b, -1]
+        raise ValueError(f"logits must be [B, V], got shape {logits.shape}")
     if temperature == 0:
         return np.argmax(logits, axis=-1).astype(np.int64)
     probs = probabilities(logits, temperature, top_k, top_p)  # [B, V]
