@@ -115,3 +115,22 @@ def test_score_is_frozen(tiny_model):
 def test_bad_arguments(tiny_model, ids, kw, error):
     with pytest.raises(error):
         score(tiny_model, ids, **kw)
+
+
+def test_peak_memory_is_one_float64_copy_of_the_logits():
+    # Scoring a 1024-token window of 124M held float32 logits, their float64 copy, x - max and
+    # exp(x - max) at once: 28 bytes per logit, 1.4 GB. Now the float32 logits and one float64.
+    import tracemalloc
+
+    hparams = gpt2np.HParams(n_vocab=50257, n_ctx=128, n_embd=16, n_head=2, n_layer=1)
+    model = GPT2(hparams, gpt2np.init_params(hparams, seed=0))
+    ids = np.arange(128) * 7 % 50257
+    expected = log_softmax64(model.forward(ids)[0])[np.arange(127), ids[1:]]
+    tracemalloc.start()
+    try:
+        s = score(model, ids)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_allclose(s.token_logprobs, expected, rtol=0, atol=1e-9)
+    assert peak < 14 * 128 * 50257, peak / (128 * 50257)

@@ -85,9 +85,10 @@ def score(
     for begin, end, first in tqdm(spans, "scoring", unit="window", disable=not progress):
         logits, _ = model.forward(ids[begin:end])  # [W, V]
         rows = logits[first - 1 - begin : end - 1 - begin].astype(np.float64)  # predict first…end-1
-        lse = _logsumexp(rows)  # [n]
+        del logits  # with the float64 rows, [W, V] copies add up to GBs for 124M: keep one
         targets = ids[first:end]
-        logprobs[first - 1 : end - 1] = rows[np.arange(len(targets)), targets] - lse
+        picked = rows[np.arange(len(targets)), targets]  # before _logsumexp overwrites rows
+        logprobs[first - 1 : end - 1] = picked - _logsumexp(rows)
         context[first - 1 : end - 1] = np.arange(first, end) - begin
     nll = float(-logprobs.sum())
     for a in (ids, logprobs, context):
@@ -140,6 +141,8 @@ def _check_int(name: str, value: object, lo: int, hi: int) -> None:
 
 
 def _logsumexp(x: np.ndarray) -> np.ndarray:
-    """log Σ_v exp(x[..., v]), stable.   [..., V] -> [...]"""
+    """log Σ_v exp(x[..., v]), stable.   [..., V] -> [...]; overwrites ``x`` (no [..., V] copies)"""
     m = x.max(axis=-1)
-    return m + np.log(np.exp(x - m[..., None]).sum(axis=-1))
+    x -= m[..., None]
+    np.exp(x, out=x)
+    return m + np.log(x.sum(axis=-1))
