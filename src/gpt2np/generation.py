@@ -66,7 +66,9 @@ def generate(
     temperature: 0 is greedy (argmax); otherwise logits / temperature before sampling.
     top_k, top_p: OpenAI's top-k and nucleus filters (see :mod:`gpt2np.sampling`); 0 and 1.0
         are off. seed: an int makes the result identical run to run; every row of a batch uses
-        its own generator seeded with it, so a row equals its prompt generated alone.
+        its own generator seeded with it, so a row equals its prompt generated alone. A numpy
+        ``Generator`` is used as it is and advanced, shared by all rows (rows of a batch then
+        differ from their prompts alone). None: fresh OS entropy.
     stop: a string or strings; the first occurrence ends that row, and it and anything after it
         are not returned. ``<|endoftext|>`` always ends a row and is not returned (nor its id).
     stream: return an iterator of pieces as they are produced (``str`` pieces, never half a
