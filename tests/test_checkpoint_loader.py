@@ -407,6 +407,10 @@ def test_hf_config_problems(tmp_path):
     (d / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "n_embd"}))
     with pytest.raises(CheckpointError, match="n_embd"):
         load_dir(d)
+    # n_inner is compared with 4 * n_embd: a non-int n_embd must be refused, not multiplied
+    (d / "config.json").write_text(json.dumps({**config, "n_embd": {}, "n_inner": {}}))
+    with pytest.raises(CheckpointError, match=r"config\.json.*n_embd"):
+        load_dir(d)
     (d / "config.json").unlink()
     with pytest.raises(CheckpointError, match=r"missing .*config\.json"):
         load_dir(d)

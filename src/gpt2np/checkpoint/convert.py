@@ -161,15 +161,16 @@ def hparams_from_hf_config(config: Any, source: str) -> HParams:
     missing = [k for k, v in values.items() if v is None]
     if missing:
         raise CheckpointError(f"{source} lacks {', '.join(missing)}")
+    try:  # first, so that the n_inner check below compares with a checked int n_embd
+        hparams = HParams(**values)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{source}: {e}") from None
     checks = {
         "activation_function": ("gelu_new", config.get("activation_function", "gelu_new")),
         "n_inner": (None, config.get("n_inner")),
         "layer_norm_epsilon": (1e-5, config.get("layer_norm_epsilon", 1e-5)),
     }
     for key, (want, got) in checks.items():
-        if got != want and not (key == "n_inner" and got == 4 * values["n_embd"]):
+        if got != want and not (key == "n_inner" and got == 4 * hparams.n_embd):
             raise CheckpointError(f"{source} has {key}={got!r}; gpt2np implements {want!r}")
-    try:
-        return HParams(**values)
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{source}: {e}") from None
+    return hparams
