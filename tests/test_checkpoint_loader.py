@@ -398,6 +398,18 @@ def test_hf_bad_tensors(tmp_path, change, message):
         load_dir(hf_copy_with(tmp_path, change))
 
 
+@pytest.mark.parametrize("layout", ["openai", "hf"])
+def test_absurd_n_layer_costs_nothing(tmp_path, layout):
+    """n_layer = 10**12 in hparams.json / config.json: refused at once, without listing the
+    shapes of 10**12 blocks first."""
+    d = copy(tmp_path, TF_SMALL if layout == "openai" else HF_SMALL)
+    name = "hparams.json" if layout == "openai" else "config.json"
+    config = json.loads((d / name).read_text())
+    (d / name).write_text(json.dumps({**config, "n_layer": 10**12}))
+    with pytest.raises(CheckpointError, match=r"too few for the n_layer=1000000000000"):
+        load_dir(d, cache_dir=tmp_path / "c")
+
+
 def test_hf_config_problems(tmp_path):
     d = copy(tmp_path, HF_SMALL)
     config = json.loads((d / "config.json").read_text())

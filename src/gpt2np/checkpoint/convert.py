@@ -76,10 +76,22 @@ def _take(
     return a
 
 
+def check_layer_count(n_tensors: int, hparams: HParams, source: str) -> None:
+    """Refuse an ``n_layer`` that ``n_tensors`` cannot hold (every block has tensors) before
+    :func:`~gpt2np.params.expected_shapes` lists n_layer blocks: a config that lies
+    (n_layer = 10**12) must not cost memory in proportion to the lie."""
+    if hparams.n_layer > n_tensors:
+        raise CheckpointError(
+            f"{source} holds {n_tensors} tensors, too few for the n_layer={hparams.n_layer} "
+            "blocks the hyperparameters claim"
+        )
+
+
 def flat_from_openai(
     tensors: dict[str, np.ndarray], hparams: HParams, source: str
 ) -> dict[str, np.ndarray]:
     """OpenAI's ``model/...`` tensors -> flat params, every shape checked against ``hparams``."""
+    check_layer_count(len(tensors), hparams, source)
     return {
         flat: _take(tensors, openai_name(flat), shape, source, squeeze=True)
         for flat, shape in expected_shapes(hparams).items()
@@ -101,6 +113,7 @@ def flat_from_hf(
             raise CheckpointError(f"{source} holds tensor {key} twice (with and without prefix)")
         stripped[key] = a
     lm_head = stripped.pop("lm_head.weight", None)
+    check_layer_count(len(stripped), hparams, source)
     flat = {
         f: _take(stripped, hf_name(f), shape, source, squeeze=False)
         for f, shape in expected_shapes(hparams).items()
