@@ -114,6 +114,17 @@ def test_data_file_rewritten_in_place_is_not_served_stale(tmp_path):
         load_dir(d, cache_dir=cache)
 
 
+def test_gpt2np_home_with_a_tilde_is_expanded(tmp_path, monkeypatch):
+    """GPT2NP_HOME="~/gh" (set from Python or a .env file, where no shell expands it) puts the
+    cache in the home directory, as download() puts the models, not in ./~/gh."""
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.setenv("GPT2NP_HOME", "~/gh")
+    monkeypatch.chdir(tmp_path)
+    load_dir(TF_SMALL)
+    assert len(os.listdir(tmp_path / "user" / "gh" / "cache")) == 1
+    assert not (tmp_path / "~").exists()
+
+
 def test_use_cache_false_writes_nothing(tmp_path, home):
     model = load_dir(TF_SMALL, use_cache=False)
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))

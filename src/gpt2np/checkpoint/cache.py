@@ -58,10 +58,8 @@ _FILES = ("model.safetensors", "config.json")
 
 def default_cache_dir() -> str:
     """``$GPT2NP_HOME/cache``, where GPT2NP_HOME defaults to ``~/.cache/gpt2np``."""
-    home = os.environ.get("GPT2NP_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache", "gpt2np"
-    )
-    return os.path.join(home, "cache")
+    home = os.environ.get("GPT2NP_HOME") or os.path.join("~", ".cache", "gpt2np")
+    return os.path.join(os.path.expanduser(home), "cache")  # "~/x" as download.model_dir does
 
 
 def cache_key(index_path: str, shard_paths: list[str], hparams_path: str) -> str:
