@@ -480,6 +480,17 @@ def test_save_then_load_gives_identical_arrays(tmp_path):
     assert back.tokenizer.encode("hello") == model.tokenizer.encode("hello")
 
 
+def test_save_of_a_model_whose_vocabulary_file_is_damaged_says_so_and_writes_nothing(tmp_path):
+    """The tokenizer is parsed on first use; save() uses it, so a damaged encoder.json found
+    only then must fail save() (naming the file), not yield a directory without vocabulary."""
+    d = copy(tmp_path, TF_SMALL)
+    model = load_dir(d, cache_dir=tmp_path / "c")
+    (d / "encoder.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match=r"encoder\.json"):
+        save(model, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_save_copies_the_bundled_vocabulary_for_gpt2_sized_models(tmp_path):
     hp = gpt2np.HParams(n_vocab=50257, n_ctx=8, n_embd=4, n_head=1, n_layer=1)
     save(gpt2np.GPT2(hp, gpt2np.init_params(hp)), tmp_path)

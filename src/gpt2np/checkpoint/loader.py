@@ -258,6 +258,7 @@ def save(model: GPT2, out_dir: str | os.PathLike[str]) -> None:
     :func:`load_dir` (giving identical arrays). Each file is written to a temporary name and
     renamed when complete.
     """
+    vocabulary = _vocabulary_files(model)  # first: damaged vocabulary files fail before a write
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     tensors = hf_from_flat(flatten(model.params))
@@ -268,20 +269,20 @@ def save(model: GPT2, out_dir: str | os.PathLike[str]) -> None:
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2)
     os.replace(tmp, os.path.join(out_dir, "config.json"))
-    _save_vocabulary(model, out_dir)
-
-
-def _save_vocabulary(model: GPT2, out_dir: str) -> None:
-    """Copy the model's vocabulary as HF's vocab.json + merges.txt (the same formats as
-    OpenAI's encoder.json + vocab.bpe), so the directory is complete for HF and for load_dir."""
-    try:
-        tokenizer = model.tokenizer
-    except ValueError:  # a vocabulary other than GPT-2's, and no tokenizer given
-        return
-    files = getattr(tokenizer, "files", None)
-    if not files:
-        return
-    for src, name in zip(files, ("vocab.json", "merges.txt")):
+    # the vocabulary as HF's vocab.json + merges.txt (the same formats as OpenAI's encoder.json
+    # + vocab.bpe), so that the directory is complete for HF and for load_dir
+    for src, name in zip(vocabulary, ("vocab.json", "merges.txt")):
         tmp = os.path.join(out_dir, f".{name}.{os.getpid()}.tmp")
         shutil.copyfile(src, tmp)
         os.replace(tmp, os.path.join(out_dir, name))
+
+
+def _vocabulary_files(model: GPT2) -> tuple[str, ...]:
+    """The files of the model's tokenizer (encoder, merges), or () if it has none to copy."""
+    try:
+        tokenizer = model.tokenizer  # a loaded model parses its vocabulary files here
+    except CheckpointError:  # those files are damaged: say so rather than save without them
+        raise
+    except ValueError:  # a vocabulary other than GPT-2's, and no tokenizer given
+        return ()
+    return tuple(getattr(tokenizer, "files", None) or ())
