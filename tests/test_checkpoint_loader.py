@@ -250,6 +250,32 @@ def test_another_process_finishing_the_same_entry_first(tmp_path, monkeypatch, p
         assert not model.params["wte"].flags.writeable  # served from the entry, memory-mapped
 
 
+@pytest.mark.parametrize("lie", [{"shard_id": 3}, {"unknown_rank": True}])
+def test_byte_copy_accepts_only_what_the_general_path_accepts(tmp_path, monkeypatch, lie):
+    """An index entry claiming shard 3 of 1, or an unknown rank, is refused by read_tf_checkpoint;
+    the byte copy must not serve it either (use_cache must not change what loads)."""
+    import dataclasses
+
+    from gpt2np.checkpoint import cache as cache_module
+    from gpt2np.checkpoint import tf_bundle
+
+    real = tf_bundle.read_tf_index
+
+    def lying_index(prefix):
+        header, entries = real(prefix)
+        name = "model/h0/attn/c_attn/b"
+        return header, {**entries, name: dataclasses.replace(entries[name], **lie)}
+
+    monkeypatch.setattr(cache_module, "read_tf_index", lying_index)
+    monkeypatch.setattr(tf_bundle, "read_tf_index", lying_index)
+    hparams = gpt2np.HParams.from_json(TF_SMALL / "hparams.json")
+    assert cache_module.byte_copy_layout(str(TF_SMALL / "model.ckpt"), hparams) is None
+    with pytest.raises(CheckpointError, match="model/h0/attn/c_attn/b"):
+        load_dir(TF_SMALL, use_cache=False)
+    with pytest.raises(CheckpointError, match="model/h0/attn/c_attn/b"):
+        load_dir(TF_SMALL, cache_dir=tmp_path / "c")
+
+
 def test_other_layouts_take_the_general_path(tmp_path):
     from gpt2np.checkpoint import cache as cache_module
     from gpt2np.checkpoint.loader import find_prefix

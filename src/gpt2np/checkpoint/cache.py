@@ -116,6 +116,8 @@ def byte_copy_layout(prefix: str, hparams: HParams) -> Layout | None:
         stored = (1, *shape) if flat.endswith(".w") else shape  # conv1d weights: [1, n_in, n_out]
         if (
             entry.dtype != _DT_FLOAT
+            or entry.shard_id != 0  # what the general path refuses, this one must not accept
+            or entry.unknown_rank
             or entry.has_slices
             or entry.crc32c is None
             or tuple(entry.shape) != stored
