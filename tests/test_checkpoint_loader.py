@@ -7,6 +7,7 @@ import json
 import os
 import pathlib
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -161,6 +162,22 @@ def test_interrupted_conversion_leaves_no_entry(tmp_path, monkeypatch, path):
     monkeypatch.setenv("GPT2NP_HOME", str(tmp_path / "home"))
     load_dir(TF_SMALL, cache_dir=cache)
     assert len(os.listdir(cache)) == 1
+
+
+def test_temporary_entries_of_killed_conversions_are_removed_after_a_day(tmp_path):
+    """A conversion killed by SIGKILL leaves its model-sized temporary directory; the next
+    conversion into that cache removes those older than a day, and only those."""
+    cache = tmp_path / "c"
+    old, fresh = cache / "tf-0123.abc.tmp", cache / "tf-4567.def.tmp"
+    for d in (old, fresh):
+        d.mkdir(parents=True)
+        (d / "model.safetensors").write_bytes(b"half written")
+    two_days_ago = time.time() - 2 * 24 * 3600
+    for p in (old / "model.safetensors", old):
+        os.utime(p, (two_days_ago, two_days_ago))
+    load_dir(TF_SMALL, cache_dir=cache)
+    left = sorted(os.listdir(cache))
+    assert fresh.name in left and old.name not in left and len(left) == 2
 
 
 def test_openai_layout_is_converted_by_a_byte_copy_of_the_data_file(tmp_path):

@@ -27,6 +27,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -225,11 +226,33 @@ def _copy_file(src: Any, out: Any, size: int) -> None:
         raise CheckpointError(f"{src.name} changed while it was copied into the cache")
 
 
+STALE_TMP_SECONDS = 24 * 3600
+
+
+def _remove_abandoned(cache_dir: str) -> None:
+    """Remove temporary entries untouched for a day: left by a process that was killed (no
+    ``except`` runs on SIGKILL or power loss), each as large as the model. A live conversion
+    writes its files every few seconds, so it is never this old."""
+    now = time.time()
+    for name in os.listdir(cache_dir):
+        path = os.path.join(cache_dir, name)
+        if not (name.startswith("tf-") and name.endswith(".tmp")):
+            continue
+        try:
+            paths = [path] + [os.path.join(path, f) for f in os.listdir(path)]
+            newest = max(os.stat(p).st_mtime for p in paths)
+        except OSError:  # gone already (renamed or removed by its owner)
+            continue
+        if now - newest > STALE_TMP_SECONDS:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def _write_atomically(cache_dir: str, key: str, write: Any, config: dict[str, Any]) -> str:
     """Build an entry in a temporary directory with ``write(path_of_model_safetensors)`` and the
     config, then rename it into place; return the entry's directory."""
     final = os.path.join(cache_dir, f"tf-{key[:40]}")
     os.makedirs(cache_dir, exist_ok=True)
+    _remove_abandoned(cache_dir)
     tmp = tempfile.mkdtemp(prefix=f"tf-{key[:40]}.", suffix=".tmp", dir=cache_dir)
     try:
         write(os.path.join(tmp, "model.safetensors"))
