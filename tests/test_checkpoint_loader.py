@@ -636,12 +636,9 @@ def test_corrupt_data_found_by_the_byte_copy_names_tensor_and_file_and_caches_no
 
 def bitwise_masked_crc32c(data: bytes) -> int:
     """TF's masked CRC-32C by its definition (independent of gpt2np.checkpoint.crc32c)."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    crc ^= 0xFFFFFFFF
+    from test_checkpoint_crc32c import bitwise_crc32c  # beside this file
+
+    crc = bitwise_crc32c(data)
     return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
 
 
