@@ -183,16 +183,18 @@ def _crcs_of_copy(
     GIL), each read through a reused per-thread buffer: faster than the first touches of a fresh
     memory map, and memory stays at two chunks."""
     local = threading.local()
-    fd = os.open(path, os.O_RDONLY)
+    opened: list[Any] = []
 
     def crc_of(item: tuple[str, str, BundleEntry]) -> tuple[str, str, BundleEntry, int]:
         name, flat, entry = item
-        if not hasattr(local, "buffer"):
+        if not hasattr(local, "file"):  # one file and one buffer per thread (portable reads)
+            local.file = open(path, "rb", buffering=0)  # closed in the finally below
+            opened.append(local.file)
             local.buffer = np.empty(chunk, dtype=np.uint8)
+        local.file.seek(start + entry.offset)
         crc, done = 0, 0
         while done < entry.size:
-            n = os.preadv(fd, [local.buffer[: min(chunk, entry.size - done)]],
-                          start + entry.offset + done)  # fmt: skip
+            n = local.file.readinto(memoryview(local.buffer)[: min(chunk, entry.size - done)])
             if not n:
                 raise CheckpointError(f"{path} ended early while verifying tensor {name}")
             crc = crc32c(local.buffer[:n], crc)
@@ -203,7 +205,8 @@ def _crcs_of_copy(
         with ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
             return list(pool.map(crc_of, layout))
     finally:
-        os.close(fd)
+        for f in opened:
+            f.close()
 
 
 def _copy_file(src: Any, out: Any, size: int) -> None:
