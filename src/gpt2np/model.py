@@ -22,7 +22,7 @@ from .block import block
 from .fast import attend_blocked
 from .hparams import HParams
 from .layers import layernorm
-from .params import Params, cast_params, check_params
+from .params import Params, cast_params, check_params, flatten
 
 __all__ = ["GPT2", "KVCache", "embed", "forward", "head", "past_shape", "transformer"]
 
@@ -213,7 +213,7 @@ class GPT2:
             if not np.issubdtype(np.dtype(dtype), np.floating):  # int weights would be garbage
                 raise TypeError(f"dtype must be a float type such as float64, got {dtype!r}")
             params = cast_params(params, dtype)
-        dtypes = {a.dtype for a in _leaves(params)}
+        dtypes = {a.dtype for a in flatten(params).values()}
         if len(dtypes) != 1:
             raise TypeError(f"params mix dtypes {sorted(map(str, dtypes))}; pass dtype= to cast")
         self.hparams = hparams
@@ -414,9 +414,3 @@ def _object_ids(arr: np.ndarray, n_vocab: int) -> np.ndarray:
         if not 0 <= x < n_vocab:
             raise ValueError(f"token id {int(x)} at index {index} is outside [0, {n_vocab})")
     return arr.astype(np.int64)
-
-
-def _leaves(params: Params) -> list[np.ndarray]:
-    from .params import flatten
-
-    return list(flatten(params).values())
