@@ -26,6 +26,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .layers import softmax
+
 __all__ = [
     "check_sampling_args",
     "filter_logits",
@@ -100,7 +102,11 @@ def probabilities(
     temperature = 0 puts all the mass on the first argmax.
     """
     check_sampling_args(temperature, top_k, top_p)
-    logits = _check_logits(logits)
+    return _probabilities(_check_logits(logits), temperature, top_k, top_p)
+
+
+def _probabilities(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+    """:func:`probabilities` of logits and arguments already checked."""
     if temperature == 0:
         one_hot = np.zeros(logits.shape, dtype=np.float64)
         np.put_along_axis(one_hot, np.argmax(logits, axis=-1)[..., None], 1.0, axis=-1)
@@ -119,14 +125,15 @@ def sample(
 
     Greedy (temperature 0) is the argmax and draws nothing from the generators.
     """
+    check_sampling_args(temperature, top_k, top_p)
     logits = _check_logits(logits)
     if logits.ndim != 2:  # 1-D [V] used to fail with an IndexError on cdf[b, -1]
         raise ValueError(f"logits must be [B, V], got shape {logits.shape}")
     if temperature == 0:
         return np.argmax(logits, axis=-1).astype(np.int64)
-    probs = probabilities(logits, temperature, top_k, top_p)  # [B, V]
-    if len(rngs) != len(probs):  # else rows without a generator kept np.empty's garbage
-        raise ValueError(f"need one Generator per row: {len(probs)} rows, {len(rngs)} rngs")
+    if len(rngs) != len(logits):  # else rows without a generator kept np.empty's garbage
+        raise ValueError(f"need one Generator per row: {len(logits)} rows, {len(rngs)} rngs")
+    probs = _probabilities(logits, temperature, top_k, top_p)  # [B, V]
     cdf = np.cumsum(probs, axis=-1)
     out = np.empty(len(probs), dtype=np.int64)
     for b, rng in enumerate(rngs):
@@ -149,6 +156,4 @@ def _check_logits(logits: np.ndarray) -> np.ndarray:
 
 def _softmax64(x: np.ndarray) -> np.ndarray:
     """softmax along the last axis in float64; -inf entries get probability 0."""
-    x = np.asarray(x, dtype=np.float64)
-    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
-    return e / np.sum(e, axis=-1, keepdims=True)
+    return softmax(np.asarray(x, dtype=np.float64))
