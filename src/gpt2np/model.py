@@ -260,6 +260,13 @@ class GPT2:
         concatenated on axis -2) [B, L, 2, H, T_past, Dh], or None.
         Returns logits [B, T, V] ([T, V] for 1-D ids) and present [B, L, 2, H, T, Dh].
         """
+        ids2, past = self._check_forward_args(ids, past)
+        logits, present = forward(self.params, self.hparams, ids2, past, self._attend)
+        return (logits[0] if np.ndim(ids) == 1 else logits), present
+
+    def _check_forward_args(self, ids: Any, past: Any) -> tuple[np.ndarray, Optional[np.ndarray]]:
+        """:meth:`check_ids`, :meth:`check_past`, and that the past and the new tokens fit in
+        n_ctx: every check of :meth:`forward`, shared with :func:`gpt2np.trace.trace`."""
         ids2 = self.check_ids(ids)
         past = self.check_past(past, ids2.shape[0])
         T_past = 0 if past is None else past.shape[-2]
@@ -267,8 +274,7 @@ class GPT2:
             raise ValueError(
                 f"{T_past} past + {ids2.shape[1]} new tokens exceed n_ctx={self.hparams.n_ctx}"
             )
-        logits, present = forward(self.params, self.hparams, ids2, past, self._attend)
-        return (logits[0] if np.ndim(ids) == 1 else logits), present
+        return ids2, past
 
     def forward_cached(self, ids: Any, cache: KVCache, last_only: bool = False) -> np.ndarray:
         """Forward the next tokens ``ids`` [B, T] through a preallocated :class:`KVCache`,

@@ -160,12 +160,9 @@ def trace(model: GPT2, ids: Any, past: Optional[np.ndarray] = None, names: Names
     ``GPT2(..., fast=False).forward`` bit for bit (the same NumPy operations run in the same
     order on the same arrays), and the default fast attention kernel's to float rounding.
     """
-    ids = model.check_ids(ids)
-    past = model.check_past(past, ids.shape[0])
+    ids, past = model._check_forward_args(ids, past)
     T_past = 0 if past is None else past.shape[-2]
     hp = model.hparams
-    if T_past + ids.shape[1] > hp.n_ctx:
-        raise ValueError(f"{T_past} past + {ids.shape[1]} new tokens exceed n_ctx={hp.n_ctx}")
     record = _Recorder(_select(names, hp.n_layer))
     p = model.params
 
