@@ -37,12 +37,10 @@ from ..errors import CheckpointError
 from ..hparams import HParams
 from ..params import expected_shapes
 from .convert import hf_name, openai_name
-from .crc32c import crc32c, unmask
+from .crc32c import crc32c
 from .protobuf import BundleEntry
 from .safetensors import header_bytes, read_safetensors_header, write_safetensors
-from .tf_bundle import data_path, read_tf_index
-
-_DT_FLOAT = 1
+from .tf_bundle import DT_FLOAT, check_crc, data_path, read_tf_index
 
 __all__ = [
     "byte_copy_layout",
@@ -116,7 +114,7 @@ def byte_copy_layout(prefix: str, hparams: HParams) -> Layout | None:
         flat, shape = wanted[name]
         stored = (1, *shape) if flat.endswith(".w") else shape  # conv1d weights: [1, n_in, n_out]
         if (
-            entry.dtype != _DT_FLOAT
+            entry.dtype != DT_FLOAT
             or entry.shard_id != 0  # what the general path refuses, this one must not accept
             or entry.unknown_rank
             or entry.has_slices
@@ -166,12 +164,7 @@ def write_entry_by_copy(
                 crcs = _crcs_of_copy(path, read_safetensors_header(path)[1], layout)
                 synced.result()
         for name, _, entry, actual in crcs:
-            stored = unmask(entry.crc32c)
-            if actual != stored:
-                raise CheckpointError(
-                    f"checksum mismatch for tensor {name} in {source} "
-                    f"(stored {stored:#010x}, computed {actual:#010x}): the file is corrupt"
-                )
+            check_crc(entry, actual, name, source)
 
     return _write_atomically(cache_dir, key, write, config)
 

@@ -23,18 +23,19 @@ from .crc32c import crc32c, unmask
 from .protobuf import BundleEntry, BundleHeader, ProtobufError, parse_entry, parse_header
 from .sstable import read_table
 
-__all__ = ["data_path", "read_tf_checkpoint", "read_tf_index"]
+__all__ = ["check_crc", "data_path", "read_tf_checkpoint", "read_tf_index"]
 
+DT_FLOAT = 1
+_DT_BFLOAT16 = 14
 # TensorFlow's DataType enum (tensorflow/core/framework/types.proto) -> stored little-endian type.
 _DTYPES: dict[int, str] = {
-    1: "<f4",  # DT_FLOAT
+    DT_FLOAT: "<f4",
     2: "<f8",  # DT_DOUBLE
     3: "<i4",  # DT_INT32
     9: "<i8",  # DT_INT64
-    14: "<u2",  # DT_BFLOAT16: the top half of a float32, widened on read
+    _DT_BFLOAT16: "<u2",  # the top half of a float32, widened on read
     19: "<f2",  # DT_HALF
 }
-_DT_BFLOAT16 = 14
 _DTYPE_NAMES = {1: "float", 2: "double", 3: "int32", 4: "uint8", 5: "int16", 6: "int8",
                 7: "string", 8: "complex64", 9: "int64", 10: "bool", 14: "bfloat16",
                 19: "half", 20: "resource", 21: "variant"}  # fmt: skip
@@ -117,6 +118,17 @@ def _check_entry(index: str, name: str, entry: BundleEntry, header: BundleHeader
     return dtype
 
 
+def check_crc(entry: BundleEntry, actual: int, name: str, path: str) -> None:
+    """CheckpointError unless ``actual`` is the CRC-32C the index stores (masked) for tensor
+    ``name``, whose bytes were read from ``path``."""
+    stored = unmask(entry.crc32c)
+    if actual != stored:
+        raise CheckpointError(
+            f"checksum mismatch for tensor {name} in {path} "
+            f"(stored {stored:#010x}, computed {actual:#010x}): the file is corrupt"
+        )
+
+
 def _read_tensor(
     path: str, name: str, entry: BundleEntry, dtype: np.dtype, verify: bool
 ) -> np.ndarray:
@@ -136,13 +148,7 @@ def _read_tensor(
     if flat.size != count:
         raise CheckpointError(f"data file {path} ended early while reading tensor {name}")
     if verify:
-        stored = unmask(entry.crc32c)
-        actual = crc32c(flat)
-        if actual != stored:
-            raise CheckpointError(
-                f"checksum mismatch for tensor {name} in {path} "
-                f"(stored {stored:#010x}, computed {actual:#010x}): the file is corrupt"
-            )
+        check_crc(entry, crc32c(flat), name, path)
     if entry.dtype == _DT_BFLOAT16:  # bfloat16 is the high 16 bits of a float32
         flat = (flat.astype(np.uint32) << 16).view(np.float32)
     elif not dtype.isnative:
