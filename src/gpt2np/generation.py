@@ -192,9 +192,10 @@ class _IdRow:
 class _TextRow:
     """One row of a text prompt: decodes incrementally, finds stop strings, holds back text.
 
-    Text that could still become the start of a stop string is held back from the stream;
-    ``emitted`` counts the characters already handed out. The non-streamed result is computed
-    from all ids with ``tokenizer.decode`` (see :meth:`result`), not from the stream.
+    ``pending`` is the decoded text not handed out yet: the tail that could still become the
+    start of a stop string. Only it is searched, so a step costs the length of the new text
+    plus the longest stop string, not of the whole continuation. The non-streamed result is
+    computed from all ids with ``tokenizer.decode`` (see :meth:`result`), not from the stream.
     """
 
     empty = ""
@@ -203,47 +204,47 @@ class _TextRow:
         self.tokenizer, self.stops, self.eot = tokenizer, stops, eot
         self.decoder = tokenizer.stream_decoder()
         self.ids: list[int] = []
-        self.text, self.emitted, self.done = "", 0, False
+        self.pending, self.done = "", False
 
     def push(self, token: int) -> str:
         if token == self.eot:
             return self.finish()
         self.ids.append(token)
-        self.text += self.decoder.feed(token)
+        self.pending += self.decoder.feed(token)
         return self._advance(final=False)
 
     def finish(self) -> str:
         self.done = True
-        self.text += self.decoder.flush()
+        self.pending += self.decoder.flush()
         return self._advance(final=True)
 
     def _advance(self, final: bool) -> str:
-        cut = _first_stop(self.text, self.stops, self.emitted)
+        cut = _first_stop(self.pending, self.stops)
         if cut is not None:
             self.done = True
             end = cut
         elif final:
-            end = len(self.text)
+            end = len(self.pending)
         else:
-            end = len(self.text) - _holdback(self.text, self.stops, self.emitted)
-        piece, self.emitted = self.text[self.emitted : end], end
+            end = len(self.pending) - _holdback(self.pending, self.stops)
+        piece, self.pending = self.pending[:end], self.pending[end:]
         return piece
 
     def result(self) -> str:
         text = self.tokenizer.decode(self.ids)
-        cut = _first_stop(text, self.stops, 0)
+        cut = _first_stop(text, self.stops)
         return text if cut is None else text[:cut]
 
 
-def _first_stop(text: str, stops: tuple[str, ...], start: int) -> Optional[int]:
-    """Index of the earliest occurrence of any stop string at or after ``start``, or None."""
-    found = [i for i in (text.find(s, start) for s in stops) if i >= 0]
+def _first_stop(text: str, stops: tuple[str, ...]) -> Optional[int]:
+    """Index of the earliest occurrence of any stop string in ``text``, or None."""
+    found = [i for i in (text.find(s) for s in stops) if i >= 0]
     return min(found) if found else None
 
 
-def _holdback(text: str, stops: tuple[str, ...], start: int) -> int:
-    """Length of the longest suffix of text[start:] that a stop string starts with."""
-    longest = min(len(text) - start, max((len(s) for s in stops), default=1) - 1)
+def _holdback(text: str, stops: tuple[str, ...]) -> int:
+    """Length of the longest suffix of ``text`` that a stop string starts with."""
+    longest = min(len(text), max((len(s) for s in stops), default=1) - 1)
     for n in range(longest, 0, -1):
         if any(s.startswith(text[-n:]) for s in stops):
             return n
