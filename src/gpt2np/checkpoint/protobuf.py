@@ -80,6 +80,12 @@ def _expect(wire: int, want: int, what: str) -> None:
         raise ProtobufError(f"{what} has wire type {wire}, expected {want}")
 
 
+def _int64(wire: int, value: int | bytes, what: str) -> int:
+    """An int32/int64 field's value: a varint, two's complement in 64 bits."""
+    _expect(wire, 0, what)
+    return _signed64(value)  # type: ignore[arg-type]  # wire type 0: fields() yields an int
+
+
 @dataclasses.dataclass
 class BundleHeader:
     num_shards: int = 0
@@ -104,8 +110,7 @@ def parse_header(buf: bytes) -> BundleHeader:
     header = BundleHeader()
     for number, wire, value in fields(buf):
         if number == 1:
-            _expect(wire, 0, "num_shards")
-            header.num_shards = _signed64(value)
+            header.num_shards = _int64(wire, value, "num_shards")
         elif number == 2:
             _expect(wire, 0, "endianness")
             header.endianness = value
@@ -126,8 +131,7 @@ def _parse_shape(buf: bytes) -> tuple[tuple[int, ...], bool]:
             size = 0
             for n, w, v in fields(value):
                 if n == 1:
-                    _expect(w, 0, "dim.size")
-                    size = _signed64(v)
+                    size = _int64(w, v, "dim.size")
             dims.append(size)
         elif number == 3:
             unknown_rank = bool(value)
@@ -145,14 +149,11 @@ def parse_entry(buf: bytes) -> BundleEntry:
             _expect(wire, 2, "shape")
             entry.shape, entry.unknown_rank = _parse_shape(value)
         elif number == 3:
-            _expect(wire, 0, "shard_id")
-            entry.shard_id = _signed64(value)
+            entry.shard_id = _int64(wire, value, "shard_id")
         elif number == 4:
-            _expect(wire, 0, "offset")
-            entry.offset = _signed64(value)
+            entry.offset = _int64(wire, value, "offset")
         elif number == 5:
-            _expect(wire, 0, "size")
-            entry.size = _signed64(value)
+            entry.size = _int64(wire, value, "size")
         elif number == 6:
             _expect(wire, 5, "crc32c")
             entry.crc32c = value
