@@ -27,10 +27,13 @@ from .layers import linear, softmax
 
 __all__ = [
     "LayerCache",
+    "append_past",
     "attend",
     "attention",
+    "attention_scores",
     "causal_mask",
     "masked_score",
+    "masked_softmax",
     "merge_heads",
     "split_heads",
 ]
@@ -68,6 +71,33 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
     return x.transpose(0, 2, 1, 3).reshape(B, T, H * Dh)
 
 
+def append_past(
+    k: np.ndarray, v: np.ndarray, past: Optional[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The past's keys and values followed by the new tokens'.
+
+    k, v [B, H, T, Dh]; past [B, 2, H, T_past, Dh] or None  ->  k, v [B, H, T_past + T, Dh]
+    """
+    if past is None:
+        return k, v
+    return np.concatenate([past[:, 0], k], axis=-2), np.concatenate([past[:, 1], v], axis=-2)
+
+
+def attention_scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """q·kᵀ / √Dh.        q [B, H, T, Dh], k [B, H, S, Dh]  ->  [B, H, T, S]"""
+    scale = 1.0 / math.sqrt(q.shape[-1])  # a Python float keeps float32 as float32
+    return (q @ k.swapaxes(-1, -2)) * scale  # [B, H, T, Dh] @ [B, H, Dh, S] -> [B, H, T, S]
+
+
+def masked_softmax(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """softmax over keys of the scores, masked-out keys set to :data:`MASKED_SCORE` first.
+
+    scores [B, H, T, S], mask bool broadcastable to it (True where a query may see a key)
+    ->  probs [B, H, T, S]
+    """
+    return softmax(np.where(mask, scores, masked_score(scores.dtype)))
+
+
 def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Scaled dot-product attention: softmax(q·kᵀ / √Dh, masked) · v.
 
@@ -76,10 +106,8 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray) -> np.
 
     A query that may see no key at all (only left padding does) gets a finite, meaningless output.
     """
-    scale = 1.0 / math.sqrt(q.shape[-1])  # a Python float keeps float32 as float32
-    scores = (q @ k.swapaxes(-1, -2)) * scale  # [B, H, T, Dh] @ [B, H, Dh, S] -> [B, H, T, S]
-    scores = np.where(mask, scores, masked_score(scores.dtype))
-    return softmax(scores) @ v  # [B, H, T, S] @ [B, H, S, Dh] -> [B, H, T, Dh]
+    probs = masked_softmax(attention_scores(q, k), mask)  # [B, H, T, S]
+    return probs @ v  # [B, H, T, S] @ [B, H, S, Dh] -> [B, H, T, Dh]
 
 
 class LayerCache:
@@ -136,11 +164,8 @@ def attention(
         present = past.kv[:, :, :, T_past : T_past + T]  # [B, 2, H, T, Dh], what was written
     else:
         present = np.stack([k, v], axis=1)  # [B, 2, H, T, Dh]
-        T_past = 0
-        if past is not None:
-            T_past = past.shape[-2]
-            k = np.concatenate([past[:, 0], k], axis=-2)  # [B, H, T_past + T, Dh]
-            v = np.concatenate([past[:, 1], v], axis=-2)
+        T_past = 0 if past is None else past.shape[-2]
+        k, v = append_past(k, v, past)  # [B, H, T_past + T, Dh]
 
     mask = causal_mask(T, T_past)  # [T, S]
     if key_mask is not None:

@@ -1,10 +1,11 @@
 """Every intermediate of GPT-2's forward pass, under a stable name: the teaching view.
 
 :func:`trace` runs the same forward pass as :func:`gpt2np.model.forward`, re-composed step by step
-from the same public building blocks (``layers.layernorm/gelu/softmax/linear``,
-``attention.split_heads/merge_heads/causal_mask``, ``model.embed/head``) in the same order as the
-clear reference path (``attention.attend``, not the blocked kernel in ``fast.py``), and records
-each intermediate. The plain forward pass is untouched and pays nothing for it.
+from the same public building blocks (``layers.layernorm/gelu/linear``,
+``attention.split_heads/merge_heads/causal_mask/append_past/attention_scores/masked_softmax``,
+``model.embed/head``) in the same order as the clear reference path (``attention.attend``, not the
+blocked kernel in ``fast.py``), and records each intermediate. The plain forward pass is
+untouched and pays nothing for it.
 
 Names follow the checkpoint (``h{i}``, ``ln_1``, ``attn``, ``c_attn``, ``c_proj``, ``mlp``,
 ``c_fc``, ``ln_f``) and the paper. In forward order, with B batch, T new tokens, T_past cached
@@ -39,15 +40,21 @@ the new tokens' keys and values only (what ``present`` holds); the keys the scor
 from __future__ import annotations
 
 import fnmatch
-import math
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Optional, Union
 
 import numpy as np
 
-from .attention import causal_mask, masked_score, merge_heads, split_heads
+from .attention import (
+    append_past,
+    attention_scores,
+    causal_mask,
+    masked_softmax,
+    merge_heads,
+    split_heads,
+)
 from .hparams import HParams
-from .layers import gelu, layernorm, linear, softmax
+from .layers import gelu, layernorm, linear
 from .model import GPT2, embed, head
 
 __all__ = ["Trace", "tensor_names", "tensor_shapes", "trace"]
@@ -218,17 +225,12 @@ def _attention(
     record(prefix + "k", k)
     record(prefix + "v", v)
     present = np.stack([k, v], axis=1)  # [B, 2, H, T, Dh]
-    T_past = 0
-    if past is not None:
-        T_past = past.shape[-2]
-        k = np.concatenate([past[:, 0], k], axis=-2)  # [B, H, S, Dh]
-        v = np.concatenate([past[:, 1], v], axis=-2)
+    T_past = 0 if past is None else past.shape[-2]
+    k, v = append_past(k, v, past)  # [B, H, S, Dh]
 
-    scale = 1.0 / math.sqrt(q.shape[-1])  # a Python float keeps float32 as float32
-    scores = record(prefix + "scores", (q @ k.swapaxes(-1, -2)) * scale)  # [B, H, T, S]
+    scores = record(prefix + "scores", attention_scores(q, k))  # [B, H, T, S]
     mask = causal_mask(q.shape[-2], T_past)  # [T, S]
-    masked = np.where(mask, scores, masked_score(scores.dtype))
-    probs = record(prefix + "probs", softmax(masked))  # [B, H, T, S]
+    probs = record(prefix + "probs", masked_softmax(scores, mask))  # [B, H, T, S]
     merged = record(prefix + "merged", merge_heads(probs @ v))  # [B, H, T, Dh] -> [B, T, D]
     return record(prefix + "c_proj", linear(merged, **c_proj)), present
 
