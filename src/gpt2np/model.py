@@ -24,12 +24,26 @@ from .hparams import HParams
 from .layers import layernorm
 from .params import Params, cast_params, check_params, flatten
 
-__all__ = ["GPT2", "KVCache", "embed", "forward", "head", "past_shape", "transformer"]
+__all__ = [
+    "GPT2",
+    "KVCache",
+    "embed",
+    "forward",
+    "head",
+    "past_shape",
+    "positions_for",
+    "transformer",
+]
 
 
 def past_shape(hparams: HParams, batch: int, T_past: int) -> tuple[int, ...]:
     """The layout of ``past`` and ``present``: [B, L, 2, H, T, Dh] (2 = keys, values)."""
     return (batch, hparams.n_layer, 2, hparams.n_head, T_past, hparams.d_head)
+
+
+def positions_for(T_past: int, T: int) -> np.ndarray:
+    """OpenAI's positions_for: positions of T new tokens after T_past earlier ones. -> int [T]"""
+    return T_past + np.arange(T)
 
 
 def embed(wte: np.ndarray, wpe: np.ndarray, ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
@@ -92,8 +106,7 @@ def forward(
     if past is not None:
         kv[..., :T_past, :] = past
     layers = [LayerCache(kv[:, i], T_past) for i in range(hparams.n_layer)]
-    positions = T_past + np.arange(T)  # [T]; OpenAI's positions_for
-    h, _ = transformer(params, hparams.n_head, ids, positions, layers, attend)
+    h, _ = transformer(params, hparams.n_head, ids, positions_for(T_past, T), layers, attend)
     logits = head(h, params["wte"])  # [B, T, V]
     present = kv[..., T_past:, :]  # [B, L, 2, H, T, Dh]: the new tokens' keys and values
     return logits, (present if past is None else present.copy())
@@ -148,7 +161,7 @@ class KVCache:
 
     def positions(self, T: int) -> np.ndarray:
         """Positions of the next T tokens of each row: [B, T] (or [T] without padding)."""
-        t = self.length + np.arange(T)
+        t = positions_for(self.length, T)
         if self.key_mask is None:
             return t
         return np.maximum(t[None, :] - self.pad[:, None], 0)

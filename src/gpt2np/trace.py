@@ -3,9 +3,9 @@
 :func:`trace` runs the same forward pass as :func:`gpt2np.model.forward`, re-composed step by step
 from the same public building blocks (``layers.layernorm/gelu/linear``,
 ``attention.split_heads/merge_heads/causal_mask/append_past/attention_scores/masked_softmax``,
-``model.embed/head``) in the same order as the clear reference path (``attention.attend``, not the
-blocked kernel in ``fast.py``), and records each intermediate. The plain forward pass is
-untouched and pays nothing for it.
+``model.positions_for/embed/head``) in the same order as the clear reference path
+(``attention.attend``, not the blocked kernel in ``fast.py``), and records each intermediate.
+The plain forward pass is untouched and pays nothing for it.
 
 Names follow the checkpoint (``h{i}``, ``ln_1``, ``attn``, ``c_attn``, ``c_proj``, ``mlp``,
 ``c_fc``, ``ln_f``) and the paper. In forward order, with B batch, T new tokens, T_past cached
@@ -55,7 +55,7 @@ from .attention import (
 )
 from .hparams import HParams
 from .layers import gelu, layernorm, linear
-from .model import GPT2, embed, head
+from .model import GPT2, embed, head, positions_for
 
 __all__ = ["Trace", "tensor_names", "tensor_shapes", "trace"]
 
@@ -173,7 +173,7 @@ def trace(model: GPT2, ids: Any, past: Optional[np.ndarray] = None, names: Names
     record = _Recorder(_select(names, hp.n_layer))
     p = model.params
 
-    positions = T_past + np.arange(ids.shape[1])  # [T]; OpenAI's positions_for
+    positions = positions_for(T_past, ids.shape[1])  # [T]
     record("embed.tokens", p["wte"][ids])  # [B, T, D]
     record("embed.positions", np.broadcast_to(p["wpe"][positions], (*ids.shape, hp.n_embd)))
     x = record("embed.sum", embed(p["wte"], p["wpe"], ids, positions))  # [B, T, D]
