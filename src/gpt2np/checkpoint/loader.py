@@ -142,11 +142,12 @@ def find_prefix(directory: str) -> str:
 
 
 def _load_tf(directory: str, dtype: Any, cache_dir: Any, use_cache: bool) -> GPT2:
+    # the same call depth as _load_file's: the warnings' stacklevel counts these frames
     return _load_tf_prefix(directory, find_prefix(directory), dtype, cache_dir, use_cache)
 
 
 def _load_tf_prefix(
-    directory: str, prefix: str, dtype: Any, cache_dir: Any = None, use_cache: bool = True
+    directory: str, prefix: str, dtype: Any, cache_dir: Any, use_cache: bool
 ) -> GPT2:
     hparams_path = os.path.join(directory, "hparams.json")
     hparams = _hparams(hparams_path)
@@ -161,12 +162,12 @@ def _load_tf_prefix(
                 raise CheckpointError(f"missing data file {shards[-1]}")
         root = os.fspath(cache_dir) if cache_dir is not None else cache.default_cache_dir()
         key = cache.cache_key(prefix + ".index", shards, hparams_path)
+        meta = {"format": "pt", "source": os.path.abspath(prefix), "gpt2np_key": key}
         flat = _read_cache_entry(root, key, hparams)
         if flat is not None:
             return GPT2(hparams, unflatten(flat, hparams), tokenizer, dtype=dtype)
         layout = cache.byte_copy_layout(prefix, hparams)
         if layout is not None:  # OpenAI's own layout: copy the bytes, verify the copy
-            meta = {"format": "pt", "source": os.path.abspath(prefix), "gpt2np_key": key}
             try:
                 cache.write_entry_by_copy(root, key, prefix, layout, hf_config(hparams), meta)
             except OSError as e:  # a read-only or full cache: the general path reads it
@@ -179,7 +180,6 @@ def _load_tf_prefix(
     flat = flat_from_openai(read_tf_checkpoint(prefix), hparams, f"checkpoint {prefix}")
     if write_cache:
         try:
-            meta = {"format": "pt", "source": os.path.abspath(prefix), "gpt2np_key": key}
             cache.write_entry(root, key, hf_from_flat(flat), hf_config(hparams), meta)
         except OSError as e:  # a read-only or full cache must not stop the load
             warnings.warn(f"could not write the conversion cache in {root}: {e}", stacklevel=4)
