@@ -277,17 +277,26 @@ def run_tokenize(args: argparse.Namespace) -> int:
 def run_detokenize(args: argparse.Namespace) -> int:
     from .tokenizer import Tokenizer
 
-    parts = " ".join(args.ids).replace(",", " ").split()
+    ids = parse_ids(" ".join(args.ids), "token ids", "gpt2np detokenize 15496 995")
+    sys.stdout.write(Tokenizer().decode(ids) + "\n")
+    return 0
+
+
+def parse_ids(text: str, what: str, example: str) -> list[int]:
+    """'15496 995' or '15496,995' -> [15496, 995]; ValueError naming ``what`` (the flag or
+    argument) and the part that is not an integer, or giving ``example`` when there is none."""
+    parts = text.replace(",", " ").split()
     if not parts:
-        raise ValueError("no token ids given; e.g. gpt2np detokenize 15496 995")
+        raise ValueError(f"no {what} given; e.g. {example}")
     ids = []
     for part in parts:
         try:  # not str.isdigit: it accepts "²", which int() refuses with a bare message
             ids.append(int(part))
         except ValueError:
-            raise ValueError(f"token ids must be integers, got {part!r}") from None
-    sys.stdout.write(Tokenizer().decode(ids) + "\n")
-    return 0
+            raise ValueError(
+                f"{what} must be integers separated by spaces or commas, got {part!r}"
+            ) from None
+    return ids
 
 
 # -- download / convert / info -----------------------------------------------------------------

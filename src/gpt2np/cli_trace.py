@@ -14,6 +14,7 @@ import argparse
 import math
 from typing import Any
 
+from .cli import parse_ids
 from .diff import DEFAULT_ATOL, DEFAULT_RTOL, compare
 from .golden import dump
 
@@ -67,7 +68,9 @@ def add_parsers(subparsers: Any) -> None:
 
 def run_dump(args: argparse.Namespace) -> int:
     """Load the model, dump the trace of --prompt or --ids to --out, print one summary line."""
-    ids_or_text: Any = args.prompt if args.ids is None else _parse_ids(args.ids)
+    ids_or_text: Any = args.prompt
+    if args.ids is not None:
+        ids_or_text = parse_ids(args.ids, "--ids", "--ids 464,3290")
     model = _load_model(args.model)
     manifest = dump(
         model, ids_or_text, args.out, dtype=args.dtype, names=args.names, model_name=args.model
@@ -89,17 +92,6 @@ def run_compare(args: argparse.Namespace) -> int:
     report = compare(args.golden, args.port, rtol=args.rtol, atol=args.atol, strict=args.strict)
     print(report)
     return 0 if report.ok else 1
-
-
-def _parse_ids(text: str) -> list[int]:
-    """'464,3290' or '464 3290' -> [464, 3290]."""
-    parts = text.replace(",", " ").split()
-    if not parts:
-        raise ValueError("--ids is empty; give comma-separated token ids such as 464,3290")
-    try:
-        return [int(p) for p in parts]
-    except ValueError:
-        raise ValueError(f"--ids must be integers separated by commas, got {text!r}") from None
 
 
 def _load_model(name_or_path: str) -> Any:
