@@ -10,14 +10,11 @@ import os
 import pathlib
 from typing import Any, Optional, Union
 
-from .download import ALIASES, download
+from .download import KNOWN_NAMES, download
 from .errors import CheckpointError
-from .hparams import MODEL_NAMES
 from .model import GPT2
 
 __all__ = ["load"]
-
-_KNOWN = tuple(MODEL_NAMES) + tuple(ALIASES)
 
 
 def load(
@@ -50,7 +47,7 @@ def load(
     path = pathlib.Path(text).expanduser()
     if path.exists():
         return load_dir(path, dtype=dtype)
-    if isinstance(name_or_path, str) and text in _KNOWN:
+    if isinstance(name_or_path, str) and text in KNOWN_NAMES:
         directory = download(text, models_dir=models_dir, progress=progress)
         try:
             return load_dir(directory, dtype=dtype)
@@ -63,7 +60,7 @@ def load(
         raise CheckpointError(f"no such checkpoint directory or file: {path}")
     raise ValueError(
         f"{text!r} is neither an existing path nor a known model name "
-        f"(known names: {', '.join(_KNOWN)})"
+        f"(known names: {', '.join(KNOWN_NAMES)})"
     )
 
 

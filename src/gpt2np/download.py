@@ -60,6 +60,8 @@ MODEL_FILES = (
 #: OpenAI renamed 117M/345M to 124M/355M (the parameter counts were miscounted at first). The
 #: bucket serves the new names, so an alias downloads into, and from, the canonical name.
 ALIASES = {"117M": "124M", "345M": "355M"}
+#: Every name :func:`download` accepts, canonical sizes first.
+KNOWN_NAMES = tuple(_hparams.MODEL_NAMES) + tuple(ALIASES)
 #: The BPE files are identical for all four sizes; the tokenizer pins their published digests.
 SHA256_PINS = {"encoder.json": ENCODER_JSON_SHA256, "vocab.bpe": VOCAB_BPE_SHA256}
 
@@ -79,9 +81,8 @@ class _Transient(Exception):
 
 def resolve_name(name: str) -> str:
     """The canonical size name for ``name`` ("117M" -> "124M"); ValueError if unknown."""
-    known = tuple(_hparams.MODEL_NAMES) + tuple(ALIASES)
-    if not isinstance(name, str) or name not in known:
-        raise ValueError(f"unknown model name {name!r}; known names: {', '.join(known)}")
+    if not isinstance(name, str) or name not in KNOWN_NAMES:
+        raise ValueError(f"unknown model name {name!r}; known names: {', '.join(KNOWN_NAMES)}")
     return ALIASES.get(name, name)
 
 
