@@ -73,13 +73,9 @@ def test_default_stride_and_window(tiny_model):
     np.testing.assert_array_equal(s.token_logprobs, t.token_logprobs)
 
 
-def test_text_and_model_method(tiny_model):
-    text_model = GPT2(
-        gpt2np.HParams(n_vocab=50257, n_ctx=64, n_embd=16, n_head=2, n_layer=1),
-        gpt2np.init_params(
-            gpt2np.HParams(n_vocab=50257, n_ctx=64, n_embd=16, n_head=2, n_layer=1), seed=2
-        ),
-    )
+def test_text_and_model_method():
+    hparams = gpt2np.HParams(n_vocab=50257, n_ctx=64, n_embd=16, n_head=2, n_layer=1)
+    text_model = GPT2(hparams, gpt2np.init_params(hparams, seed=2))
     text = "Hello world, this is a test."
     ids = text_model.tokenizer.encode(text)
     by_text = text_model.score(text)
