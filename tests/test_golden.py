@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import gpt2np
+from gpt2np.checkpoint.convert import flat_from_hf
 
 
 def test_logits_and_present_match_hf(golden, golden_model) -> None:
@@ -54,16 +55,8 @@ def test_live_against_transformers(B: int, T: int, split: int) -> None:
     with torch.no_grad():
         for p in hf.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    sd = {k.removeprefix("transformer."): v.numpy() for k, v in hf.state_dict().items()}
-    flat = {"wte": sd["wte.weight"], "wpe": sd["wpe.weight"],
-            "ln_f.g": sd["ln_f.weight"], "ln_f.b": sd["ln_f.bias"]}  # fmt: skip
-    for i in range(hp.n_layer):
-        for part in ("ln_1", "ln_2"):
-            flat[f"blocks.{i}.{part}.g"] = sd[f"h.{i}.{part}.weight"]
-            flat[f"blocks.{i}.{part}.b"] = sd[f"h.{i}.{part}.bias"]
-        for part in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"):
-            flat[f"blocks.{i}.{part}.w"] = sd[f"h.{i}.{part}.weight"]
-            flat[f"blocks.{i}.{part}.b"] = sd[f"h.{i}.{part}.bias"]
+    sd = {k: v.numpy() for k, v in hf.state_dict().items()}
+    flat = flat_from_hf(sd, hp, "the HF model")  # the loader's name mapping, shapes checked
     model = gpt2np.GPT2(hp, gpt2np.params.unflatten(flat, hp))
     ids = np.random.default_rng(T).integers(0, hp.n_vocab, (B, T))
     with torch.no_grad():
