@@ -111,6 +111,11 @@ def _shift(crcs: np.ndarray, nbytes: int) -> np.ndarray:
     return crcs
 
 
+def _shift_one(crc: int, nbytes: int) -> int:
+    """:func:`_shift` of one state, as an int: the shift_|B|(raw(A)) in raw(A ‖ B)."""
+    return int(_shift(np.array([crc], np.uint32), nbytes)[0])
+
+
 def _raw_small(data: np.ndarray, crc: int = 0) -> int:
     """Raw CRC of fewer than 1024 bytes, one byte at a time."""
     T0 = _byte_tables()[0]
@@ -169,7 +174,7 @@ def _raw(data: np.ndarray) -> int:
     crc = _raw_interleaved(data[:body].view("<u4").reshape(n_rows, K))
     tail = data[body:]
     if tail.size:
-        crc = int(_shift(np.array([crc], np.uint32), tail.size)[0]) ^ _raw(tail)
+        crc = _shift_one(crc, tail.size) ^ _raw(tail)
     return crc
 
 
@@ -187,7 +192,7 @@ def _raw_parallel(data: np.ndarray) -> int:
         crcs = list(pool.map(_raw, parts))
     crc = crcs[0]
     for part, part_crc in zip(parts[1:], crcs[1:]):
-        crc = int(_shift(np.array([crc], np.uint32), part.size)[0]) ^ part_crc
+        crc = _shift_one(crc, part.size) ^ part_crc
     return crc
 
 
@@ -205,6 +210,5 @@ def crc32c(data: bytes | bytearray | memoryview | np.ndarray, crc: int = 0) -> i
     if buf.size == 0:
         return crc
     # Start state is ~crc; its effect after n bytes is shift_n(~crc), added to the raw CRC.
-    start = np.array([crc ^ _U32], np.uint32)
-    state = int(_shift(start, buf.size)[0]) ^ _raw_parallel(buf)
+    state = _shift_one(crc ^ _U32, buf.size) ^ _raw_parallel(buf)
     return state ^ _U32
