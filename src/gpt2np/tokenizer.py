@@ -160,15 +160,16 @@ class Tokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, not {type(text).__name__}")
+        special = self.special_tokens  # a new dict per call: take it once
         allowed = self._special_set(allowed_special, "allowed_special")
-        unknown = allowed - self.special_tokens.keys()
+        unknown = allowed - special.keys()
         if unknown:
             raise ValueError(
                 f"allowed_special names {sorted(unknown)}, which are not special tokens of this "
-                f"tokenizer (it has {sorted(self.special_tokens)})"
+                f"tokenizer (it has {sorted(special)})"
             )
         if disallowed_special == "all":
-            disallowed = self.special_tokens.keys() - allowed
+            disallowed = special.keys() - allowed
         else:
             disallowed = self._special_set(disallowed_special, "disallowed_special")
         if disallowed:
@@ -183,10 +184,10 @@ class Tokenizer:
             return self.encode_ordinary(text)
         ids: list[int] = []
         start = 0
-        for special in _special_regex(frozenset(allowed)).finditer(text):
-            ids += self.encode_ordinary(text[start : special.start()])
-            ids.append(self.special_tokens[special.group()])
-            start = special.end()
+        for match in _special_regex(frozenset(allowed)).finditer(text):
+            ids += self.encode_ordinary(text[start : match.start()])
+            ids.append(special[match.group()])
+            start = match.end()
         return ids + self.encode_ordinary(text[start:])
 
     def _special_set(self, value: SpecialSet, name: str) -> Set[str]:
