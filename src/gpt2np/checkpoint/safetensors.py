@@ -15,6 +15,7 @@ allocated, so a header that lies (N = 2**60, offsets past the end) costs nothing
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -155,21 +156,20 @@ def read_safetensors(path: str | os.PathLike[str], mmap: bool = True) -> dict[st
         else None
     )
     tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = np.dtype(DTYPES[info["dtype"]])
-        begin, end = info["data_offsets"]
-        if data is not None:
-            flat = data[begin:end].view(np.ndarray).view(dtype)  # a plain array over the map
-        else:
-            with open(path, "rb") as f:
-                flat = np.fromfile(
-                    f, dtype=dtype, count=(end - begin) // dtype.itemsize, offset=start + begin
-                )
-        if info["dtype"] == "BF16":
-            flat = (flat.astype(np.uint32) << 16).view(np.float32)
-        tensors[name] = flat.reshape(info["shape"])
+    with open(path, "rb") if data is None else contextlib.nullcontext() as f:
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            dtype = np.dtype(DTYPES[info["dtype"]])
+            begin, end = info["data_offsets"]
+            if data is not None:
+                flat = data[begin:end].view(np.ndarray).view(dtype)  # a plain array over the map
+            else:
+                f.seek(start + begin)  # (fromfile's offset= counts from the current position)
+                flat = np.fromfile(f, dtype=dtype, count=(end - begin) // dtype.itemsize)
+            if info["dtype"] == "BF16":
+                flat = (flat.astype(np.uint32) << 16).view(np.float32)
+            tensors[name] = flat.reshape(info["shape"])
     return tensors
 
 
