@@ -137,7 +137,6 @@ class KVCache:
         if batch <= 0:
             raise ValueError(f"batch must be positive, got {batch}")
         self.hparams = hparams
-        self.max_len = max_len
         self.kv = np.zeros(
             (hparams.n_layer, batch, 2, hparams.n_head, max_len, hparams.d_head), dtype=dtype
         )
@@ -158,6 +157,10 @@ class KVCache:
     @property
     def batch(self) -> int:
         return self.kv.shape[1]
+
+    @property
+    def max_len(self) -> int:
+        return self.kv.shape[4]
 
     def positions(self, T: int) -> np.ndarray:
         """Positions of the next T tokens of each row: [B, T] (or [T] without padding)."""
