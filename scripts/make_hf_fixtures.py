@@ -23,6 +23,15 @@ from transformers import GPT2Config, GPT2LMHeadModel
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "hf")
 
 
+def save_trimmed(model, out: str) -> None:
+    """``model.save_pretrained`` into a fresh ``out``, keeping only what the tests need."""
+    shutil.rmtree(out, ignore_errors=True)
+    model.save_pretrained(out, safe_serialization=True)
+    for extra in os.listdir(out):
+        if extra not in ("config.json", "model.safetensors"):
+            os.remove(os.path.join(out, extra))
+
+
 def main() -> None:
     torch.manual_seed(0)
     config = GPT2Config(
@@ -40,20 +49,9 @@ def main() -> None:
             if name.endswith("bias") or ".ln_" in name:
                 p.add_(0.1 * torch.randn_like(p))
     out = os.path.join(OUT, "small")
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    model.save_pretrained(out, safe_serialization=True)
-    for extra in os.listdir(out):  # keep only what the test needs
-        if extra not in ("config.json", "model.safetensors"):
-            os.remove(os.path.join(out, extra))
+    save_trimmed(model, out)
     # GPT2Model (no LM head) writes the same weights without the ``transformer.`` prefix.
-    bare = os.path.join(OUT, "noprefix")
-    if os.path.exists(bare):
-        shutil.rmtree(bare)
-    model.transformer.save_pretrained(bare, safe_serialization=True)
-    for extra in os.listdir(bare):
-        if extra not in ("config.json", "model.safetensors"):
-            os.remove(os.path.join(bare, extra))
+    save_trimmed(model.transformer, os.path.join(OUT, "noprefix"))
     state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
     np.savez(os.path.join(out, "expected.npz"), **state)
     ids = np.array([[3, 1, 4, 1, 5, 9, 2, 6], [5, 3, 5, 8, 9, 7, 9, 3]])
