@@ -190,3 +190,17 @@ def test_one_generator_per_row_is_required():
 def test_sample_needs_2d_logits():
     with pytest.raises(ValueError, match=r"\[B, V\]"):
         sample(np.zeros(5), [np.random.default_rng(0)], 1.0)
+
+
+class TopOfRange:
+    """A generator whose draw is u = 1.0, as when random() * total rounds up to the total."""
+
+    def random(self) -> float:
+        return 1.0
+
+
+def test_a_draw_at_the_total_takes_the_last_kept_id_not_a_removed_one():
+    # ids 1 and 3 are the top 2; ids 4 and 5 after them are removed (probability 0)
+    logits = np.array([[0.0, 3.0, 0.5, 2.0, -1.0, -2.0]])
+    assert sample(logits, [TopOfRange()], 1.0, top_k=2).tolist() == [3]
+    assert sample(logits, [TopOfRange()], 1.0).tolist() == [5]  # nothing removed: the last id

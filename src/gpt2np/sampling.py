@@ -139,9 +139,11 @@ def sample(
     for b, rng in enumerate(rngs):
         u = rng.random() * cdf[b, -1]
         # side="right": a removed id (probability 0) has the same cdf as its predecessor and is
-        # never the first entry > u; the min() guards u rounding up to the total.
+        # never the first entry > u. Only when u rounds up to the total is no entry > u.
         i = int(np.searchsorted(cdf[b], u, side="right"))
-        out[b] = min(i, int(np.flatnonzero(probs[b])[-1]))
+        if i == cdf.shape[1]:
+            i = int(np.flatnonzero(probs[b])[-1])  # the last id with probability > 0
+        out[b] = i
     return out
 
 
