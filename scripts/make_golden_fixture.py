@@ -24,23 +24,12 @@ import torch
 import transformers
 from transformers import GPT2Config, GPT2LMHeadModel
 
+from gpt2np import HParams
+from gpt2np.checkpoint.convert import flat_from_hf
+
 OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "golden_tiny.npz"
 HPARAMS = {"n_vocab": 512, "n_ctx": 64, "n_embd": 64, "n_head": 4, "n_layer": 2}
 B, T, SPLIT = 2, 12, 7
-
-
-def hf_name_to_ours(name: str) -> str | None:
-    """'transformer.h.0.attn.c_attn.weight' -> 'blocks.0.attn.c_attn.w'; None for buffers."""
-    name = name.removeprefix("transformer.")
-    if name == "lm_head.weight" or name.endswith((".attn.bias", ".attn.masked_bias")):
-        return None
-    name = name.replace("wte.weight", "wte").replace("wpe.weight", "wpe")
-    name = name.replace("h.", "blocks.", 1) if name.startswith("h.") else name
-    if name.startswith("ln_") or ".ln_" in name:
-        name = name.replace(".weight", ".g").replace(".bias", ".b")
-    else:
-        name = name.replace(".weight", ".w").replace(".bias", ".b")
-    return name
 
 
 def legacy_past(past) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -84,19 +73,17 @@ def build_model(hparams: dict[str, int], seed: int, weight_std: float) -> GPT2LM
     return model
 
 
-def params_of(model: GPT2LMHeadModel) -> dict[str, np.ndarray]:
-    """The model's weights as float32 arrays under gpt2np's flat names, prefixed 'param/'."""
-    arrays = {}
-    for name, tensor in model.state_dict().items():
-        ours = hf_name_to_ours(name)
-        if ours is not None:
-            arrays["param/" + ours] = tensor.numpy().astype(np.float32)
-    return arrays
+def params_of(model: GPT2LMHeadModel, hparams: dict[str, int]) -> dict[str, np.ndarray]:
+    """The model's weights as float32 arrays under gpt2np's flat names, prefixed 'param/'
+    (renamed by the loader's HF mapping; the numbers are HF's own)."""
+    state = {name: tensor.numpy() for name, tensor in model.state_dict().items()}
+    flat = flat_from_hf(state, HParams(**hparams), "the HF model")
+    return {"param/" + name: a.astype(np.float32) for name, a in flat.items()}
 
 
 def main() -> None:
     model = build_model(HPARAMS, seed=1234, weight_std=0.08)
-    arrays = params_of(model)
+    arrays = params_of(model, HPARAMS)
 
     rng = np.random.default_rng(0)
     ids = rng.integers(0, HPARAMS["n_vocab"], size=(B, T))
