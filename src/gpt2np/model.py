@@ -109,6 +109,7 @@ def forward(
     h, _ = transformer(params, hparams.n_head, ids, positions_for(T_past, T), layers, attend)
     logits = head(h, params["wte"])  # [B, T, V]
     present = kv[..., T_past:, :]  # [B, L, 2, H, T, Dh]: the new tokens' keys and values
+    # with a past, a view would keep kv's copy of the whole past alive as long as present lives
     return logits, (present if past is None else present.copy())
 
 
