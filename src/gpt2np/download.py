@@ -44,7 +44,7 @@ try:
 except ImportError:  # Windows: fall back to an O_EXCL lock file
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["DEFAULT_BASE_URL", "MODEL_FILES", "download", "model_dir", "resolve_name"]
+__all__ = ["DEFAULT_BASE_URL", "MODEL_FILES", "download", "home_dir", "model_dir", "resolve_name"]
 
 DEFAULT_BASE_URL = "https://openaipublic.blob.core.windows.net/gpt-2/models"
 #: Small files first, so a wrong name or base URL fails before the 0.5-6 GB data file.
@@ -86,14 +86,19 @@ def resolve_name(name: str) -> str:
     return ALIASES.get(name, name)
 
 
+def home_dir() -> pathlib.Path:
+    """``$GPT2NP_HOME`` (default ``~/.cache/gpt2np``, ``~`` expanded either way): downloads go
+    into its ``models/``, the checkpoint conversion cache into its ``cache/``."""
+    return pathlib.Path(os.environ.get("GPT2NP_HOME") or "~/.cache/gpt2np").expanduser()
+
+
 def model_dir(name: str, models_dir: Union[str, os.PathLike, None] = None) -> pathlib.Path:
     """Where ``download(name)`` puts the files: ``<models_dir or $GPT2NP_HOME/models>/<name>``.
 
     ``name`` is checked against the known sizes, so it can never walk out of the directory.
     """
     if models_dir is None:
-        home = os.environ.get("GPT2NP_HOME") or os.path.join("~", ".cache", "gpt2np")
-        models_dir = os.path.join(home, "models")
+        models_dir = home_dir() / "models"
     return pathlib.Path(models_dir).expanduser() / resolve_name(name)
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..download import home_dir
 from ..errors import CheckpointError
 from ..hparams import HParams
 from ..params import expected_shapes
@@ -57,8 +58,7 @@ _FILES = ("model.safetensors", "config.json")
 
 def default_cache_dir() -> str:
     """``$GPT2NP_HOME/cache``, where GPT2NP_HOME defaults to ``~/.cache/gpt2np``."""
-    home = os.environ.get("GPT2NP_HOME") or os.path.join("~", ".cache", "gpt2np")
-    return os.path.join(os.path.expanduser(home), "cache")  # "~/x" as download.model_dir does
+    return os.path.join(home_dir(), "cache")  # the same home as download's models/
 
 
 def cache_key(index_path: str, shard_paths: list[str], hparams_path: str) -> str:
