@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import pathlib
-import re
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ import pytest
 import gpt2np
 from gpt2np.params import flatten
 from httpfixture import Bucket, closed_port_url, serve
+from test_checkpoint_loader import assert_matches_openai, npz  # beside this file
 
 SMALL = pathlib.Path(__file__).parent / "fixtures" / "tf" / "small"
 BPE_DIR = pathlib.Path(gpt2np.__file__).parent / "data"
@@ -27,25 +27,10 @@ def small_hparams() -> gpt2np.HParams:
     return gpt2np.HParams.from_json(SMALL / "hparams.json")
 
 
-def expected_flat() -> dict[str, np.ndarray]:
-    """expected.npz (TF's names, e.g. model/h0/attn/c_attn/w [1, D, 3D]) in gpt2np's flat names."""
-    out = {}
-    with np.load(SMALL / "expected.npz") as z:
-        for key in z.files:
-            name = re.sub(r"^h(\d+)/", r"blocks.\1/", key.removeprefix("model/"))
-            value = z[key]
-            out[name.replace("/", ".")] = (
-                value[0] if value.ndim == 3 else value
-            )  # Conv1D's [1, ...]
-    return out
-
-
 def assert_weights(model: gpt2np.GPT2, dtype=np.float32) -> None:
-    flat, expected = flatten(model.params), expected_flat()
-    assert sorted(flat) == sorted(expected)
-    for name, value in expected.items():
-        assert flat[name].dtype == dtype, name
-        np.testing.assert_array_equal(flat[name], value.astype(dtype), err_msg=name)
+    """The weights TensorFlow saved (expected.npz), in ``dtype``."""
+    assert all(a.dtype == dtype for a in flatten(model.params).values())
+    assert_matches_openai(model, npz(SMALL / "expected.npz"))
 
 
 def served_release() -> dict[str, bytes]:
