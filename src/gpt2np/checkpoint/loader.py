@@ -35,7 +35,7 @@ from .tf_bundle import data_path, read_tf_checkpoint, read_tf_index
 
 __all__ = ["load_dir", "save"]
 
-_PICKLE_NAMES = re.compile(r".*\.(bin|pt|pth|pkl|pickle)$|.*\.ckpt$")
+_PICKLE_NAMES = re.compile(r".*\.(bin|pt|pth|pkl|pickle|ckpt)$")
 
 
 def _refuse_pickle(path: str) -> CheckpointError:
