@@ -200,8 +200,8 @@ def _check(name: str, fname: str, path: pathlib.Path) -> Optional[str]:
             return f"SHA-256 is {digest}, expected {SHA256_PINS[fname]}"
     if fname == "hparams.json":
         try:
-            got = _hparams.HParams.from_dict(json.loads(path.read_text(encoding="utf-8")))
-        except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as e:
+            got = _hparams.HParams.from_json(path)
+        except (ValueError, TypeError, RecursionError) as e:  # RecursionError: deep nesting
             return f"not a valid hparams.json ({e})"
         if got != _hparams.HPARAMS[name]:
             return f"hparams {got} differ from the published {name} {_hparams.HPARAMS[name]}"
