@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpt2np.checkpoint.crc32c import crc32c, mask, unmask
+from gpt2np.checkpoint.crc32c import crc32c, crc32c_combine, mask, unmask
 
 # The package re-exports the function under the module's name; fetch the module itself.
 crc_module = importlib.import_module("gpt2np.checkpoint.crc32c")
@@ -71,6 +71,23 @@ def test_threaded_split_equals_single_thread(monkeypatch):
     single = crc32c(data)
     monkeypatch.setattr(crc_module, "_PARALLEL_MIN", 1)
     assert crc32c(data) == single == crc32c(data[5:], bitwise_crc32c(data[:5].tobytes()))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=2000), st.binary(max_size=2000))
+def test_combine_equals_the_reference_of_the_concatenation(a, b):
+    assert crc32c_combine(bitwise_crc32c(a), bitwise_crc32c(b), len(b)) == bitwise_crc32c(a + b)
+
+
+def test_combine_over_many_pieces_and_long_lengths():
+    data = np.random.default_rng(3).integers(0, 256, 3 * 2**20 + 11, dtype=np.uint8)
+    cuts = [0, 1, 4096, 2**20 + 3, 2**21, data.size]
+    crc = crc32c(data[: cuts[1]])
+    for lo, hi in zip(cuts[1:-1], cuts[2:]):
+        crc = crc32c_combine(crc, crc32c(data[lo:hi]), hi - lo)
+    assert crc == crc32c(data) == crc32c(data[1000:], bitwise_crc32c(data[:1000].tobytes()))
+    with pytest.raises(ValueError, match="len_b"):
+        crc32c_combine(1, 2, -1)
 
 
 def test_mask_round_trip_and_known_value():
