@@ -634,6 +634,31 @@ def test_corrupt_data_found_by_the_byte_copy_names_tensor_and_file_and_caches_no
     assert os.listdir(tmp_path / "c") == []
 
 
+def test_byte_copy_checks_tensors_in_pieces_and_finds_a_flip_in_a_later_piece(
+    tmp_path, monkeypatch
+):
+    """The copy's CRCs are taken over pieces of each tensor and recombined: with pieces far
+    smaller than the tensors the fixture still verifies, and damage in a tensor's last piece is
+    still found (a wrong recombination would fail the first load, a skipped piece the second)."""
+    from gpt2np.checkpoint import cache as cache_module
+    from gpt2np.checkpoint.tf_bundle import read_tf_index
+
+    real = cache_module._crcs_of_copy
+    monkeypatch.setattr(cache_module, "_crcs_of_copy", lambda *a: real(*a, piece=1000))
+    model = load_dir(TF_SMALL, cache_dir=tmp_path / "c1")
+    assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
+    d = copy(tmp_path, TF_SMALL)
+    _, entries = read_tf_index(str(d / "model.ckpt"))
+    name, entry = max(entries.items(), key=lambda item: item[1].size)
+    assert entry.size > 3000  # several pieces
+    data = d / "model.ckpt.data-00000-of-00001"
+    blob = bytearray(data.read_bytes())
+    blob[entry.offset + entry.size - 1] ^= 0x01
+    data.write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError, match=rf"tensor {name} in "):
+        load_dir(d, cache_dir=tmp_path / "c2")
+
+
 def bitwise_masked_crc32c(data: bytes) -> int:
     """TF's masked CRC-32C by its definition (independent of gpt2np.checkpoint.crc32c)."""
     from test_checkpoint_crc32c import bitwise_crc32c  # beside this file

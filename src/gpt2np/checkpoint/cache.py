@@ -38,7 +38,7 @@ from ..errors import CheckpointError
 from ..hparams import HParams
 from ..params import expected_shapes
 from .convert import hf_name, openai_name
-from .crc32c import crc32c
+from .crc32c import crc32c, crc32c_combine
 from .protobuf import BundleEntry
 from .safetensors import header_bytes, read_safetensors_header, write_safetensors
 from .tf_bundle import DT_FLOAT, check_crc, data_path, read_tf_index
@@ -170,36 +170,50 @@ def write_entry_by_copy(
 
 
 def _crcs_of_copy(
-    path: str, start: int, layout: Layout, chunk: int = 16 << 20
+    path: str, start: int, layout: Layout, piece: int = 16 << 20
 ) -> list[tuple[str, str, BundleEntry, int]]:
-    """Each tensor's CRC-32C as it lies in the copy, two tensors at a time (NumPy releases the
-    GIL), each read through a reused per-thread buffer: faster than the first touches of a fresh
-    memory map, and memory stays at two chunks."""
+    """Each tensor's CRC-32C as it lies in the copy.
+
+    Tensors are cut into pieces of at most ``piece`` bytes, which two threads check in turn
+    (NumPy releases the GIL), each reading through a reused buffer: faster than the first
+    touches of a fresh memory map, and memory stays at two pieces. Even pieces keep both threads
+    busy to the end (the last tensor, wte, is a third of the file), and a tensor's CRC is
+    recombined from its pieces' with :func:`crc32c_combine`.
+    """
     local = threading.local()
     opened: list[Any] = []
+    pieces = [
+        (i, lo, min(piece, entry.size - lo))
+        for i, (_, _, entry) in enumerate(layout)
+        for lo in range(0, entry.size, piece)
+    ]
 
-    def crc_of(item: tuple[str, str, BundleEntry]) -> tuple[str, str, BundleEntry, int]:
-        name, flat, entry = item
+    def crc_of(item: tuple[int, int, int]) -> int:
+        i, lo, size = item
+        name, _, entry = layout[i]
         if not hasattr(local, "file"):  # one file and one buffer per thread (portable reads)
             local.file = open(path, "rb", buffering=0)  # closed in the finally below
             opened.append(local.file)
-            local.buffer = np.empty(chunk, dtype=np.uint8)
-        local.file.seek(start + entry.offset)
-        crc, done = 0, 0
-        while done < entry.size:
-            n = local.file.readinto(memoryview(local.buffer)[: min(chunk, entry.size - done)])
+            local.buffer = np.empty(piece, dtype=np.uint8)
+        local.file.seek(start + entry.offset + lo)
+        done = 0
+        while done < size:
+            n = local.file.readinto(memoryview(local.buffer)[done:size])
             if not n:
                 raise CheckpointError(f"{path} ended early while verifying tensor {name}")
-            crc = crc32c(local.buffer[:n], crc)
             done += n
-        return name, flat, entry, crc
+        return crc32c(local.buffer[:size])
 
     try:
         with ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
-            return list(pool.map(crc_of, layout))
+            piece_crcs = list(pool.map(crc_of, pieces))
     finally:
         for f in opened:
             f.close()
+    crcs = [0] * len(layout)  # an empty tensor has no pieces, and crc32c(b"") == 0
+    for (i, lo, size), crc in zip(pieces, piece_crcs):
+        crcs[i] = crc if lo == 0 else crc32c_combine(crcs[i], crc, size)
+    return [(name, flat, entry, crc) for (name, flat, entry), crc in zip(layout, crcs)]
 
 
 def _copy_file(src: Any, out: Any, size: int) -> None:
