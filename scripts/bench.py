@@ -134,46 +134,64 @@ def torch_cases(model: gpt2np.GPT2, threads: int) -> dict[str, Callable[[], obje
     return cases
 
 
-def load_times(ckpt: str, tf_python: str | None) -> None:
-    """Cold load (TF checkpoint -> params with CRC verification, writing the cache) and warm load
-    (memory-mapped from the cache), each in a fresh process so RSS is the load's own."""
+_CHILD_TAIL = (
+    "dt=time.perf_counter()-t\n"
     # VmHWM, the child's own peak RSS: ru_maxrss would include the parent's, inherited at fork
-    code = (
+    "hwm=[l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+    "print(dt, hwm)"
+)
+_LOADS = {  # label -> code run in a fresh process with argv [ckpt dir, cache dir, prefix]
+    "cold (TF ckpt + CRC32C + cache write)": (
         "import sys,time,gpt2np;from gpt2np.checkpoint import load_dir\n"
         "t=time.perf_counter();m=load_dir(sys.argv[1],cache_dir=sys.argv[2])\n"
-        "dt=time.perf_counter()-t\n"
-        "hwm=[l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
-        "print(dt, hwm)"
-    )
-    with tempfile.TemporaryDirectory() as cache:
-        for label in ("cold (TF ckpt + CRC32C + cache write)", "warm (memory-mapped cache)"):
-            out = subprocess.run([sys.executable, "-c", code, ckpt, cache], check=True,
-                                 capture_output=True, text=True).stdout.split()  # fmt: skip
-            print(
-                f"  load {label:42s} {float(out[0]):8.3f} s   peak RSS {int(out[1]) / 1024:.0f} MB"
-            )
-    code = (
+    ),
+    "warm (memory-mapped cache)": (
+        "import sys,time,gpt2np;from gpt2np.checkpoint import load_dir\n"
+        "t=time.perf_counter();m=load_dir(sys.argv[1],cache_dir=sys.argv[2])\n"
+    ),
+    "read_tf_checkpoint (arrays, CRC32C, no cache)": (
         "import sys,time,gpt2np;from gpt2np.checkpoint import read_tf_checkpoint\n"
-        "t=time.perf_counter();a=read_tf_checkpoint(sys.argv[1])\n"
-        "dt=time.perf_counter()-t\n"
-        "hwm=[l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
-        "print(dt, hwm)"
-    )
+        "t=time.perf_counter();a=read_tf_checkpoint(sys.argv[3])\n"
+    ),
+}
+_TF_LOAD = (  # TensorFlow reads every variable (its reader checks each tensor's CRC32C too)
+    "import sys,time,tensorflow as tf\n"
+    "t=time.perf_counter();r=tf.train.load_checkpoint(sys.argv[3])\n"
+    "a={n:r.get_tensor(n) for n in r.get_variable_to_shape_map()}\n"
+)
+
+
+def load_times(ckpt: str, tf_python: str | None, rounds: int) -> None:
+    """Cold load (TF checkpoint -> params with CRC verification, writing a fresh cache), warm load
+    (memory-mapped from that cache), the in-memory reader and, with ``tf_python``, TensorFlow's
+    own loading: each in a fresh process (so RSS is the load's own), ``rounds`` rounds taken in
+    turn so that all see the same machine state; medians, and TF's time / ours."""
     prefix = os.path.join(ckpt, "model.ckpt")
-    out = subprocess.run([sys.executable, "-c", code, prefix], check=True, capture_output=True,
-                         text=True).stdout.split()  # fmt: skip
-    label = "read_tf_checkpoint (arrays, CRC32C, no cache)"
-    print(f"  load {label:42s} {float(out[0]):8.3f} s   peak RSS {int(out[1]) / 1024:.0f} MB")
-    if tf_python:
-        code = (
-            "import sys,time,tensorflow as tf\n"
-            "t=time.perf_counter();r=tf.train.load_checkpoint(sys.argv[1])\n"
-            "a={n:r.get_tensor(n) for n in r.get_variable_to_shape_map()}\n"
-            "print(time.perf_counter()-t)"
+    runs = dict(_LOADS) | ({"TensorFlow tf.train.load_checkpoint": _TF_LOAD} if tf_python else {})
+    times: dict[str, list[float]] = {label: [] for label in runs}
+    rss: dict[str, int] = {}
+    labels = list(runs)
+    units = [labels[:2]] + [[label] for label in labels[2:]]  # warm needs the cold run's cache
+    for r in range(rounds):
+        turn = units[r % len(units) :] + units[: r % len(units)]
+        order = [label for unit in turn for label in unit]
+        with tempfile.TemporaryDirectory() as cache:
+            for label in order:  # each round starts with a different one
+                python = tf_python if label.startswith("TensorFlow") else sys.executable
+                argv = [python, "-c", runs[label] + _CHILD_TAIL, ckpt, cache, prefix]
+                out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+                times[label].append(float(out.split()[-2]))
+                rss[label] = max(rss.get(label, 0), int(out.split()[-1]))
+    median = {label: statistics.median(ts) for label, ts in times.items()}
+    tf = median.get("TensorFlow tf.train.load_checkpoint")
+    for label, t in median.items():
+        line = (
+            f"  load {label:46s} {t:7.3f} s (min {min(times[label]):.3f}, max "
+            f"{max(times[label]):.3f})  peak RSS {rss[label] / 1024:.0f} MB"
         )
-        out = subprocess.run([tf_python, "-c", code, prefix], check=True, capture_output=True,
-                             text=True).stdout.split()  # fmt: skip
-        print(f"  load {'TensorFlow tf.train.load_checkpoint':42s} {float(out[-1]):8.3f} s")
+        if tf and not label.startswith("TensorFlow"):
+            line += f"  TF/this {tf / t:5.2f}x"
+        print(line, flush=True)
 
 
 def tokenizer_speed() -> None:
@@ -198,6 +216,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--ckpt", help="TF checkpoint directory to time cold and warm loads")
     ap.add_argument("--tf-python", help="a python with tensorflow, to time TF's own loading")
+    ap.add_argument("--load-rounds", type=int, default=5, help="rounds of the load timings")
     ap.add_argument("--only", help="run only the cases whose name contains this text")
     args = ap.parse_args()
 
@@ -238,7 +257,7 @@ def main() -> None:
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"  peak RSS of this process {rss_mb:.0f} MB")
     if args.ckpt:
-        load_times(args.ckpt, args.tf_python)
+        load_times(args.ckpt, args.tf_python, args.load_rounds)
     try:
         tokenizer_speed()
     except ImportError:
