@@ -7,7 +7,8 @@ import pytest
 
 import gpt2np
 from gpt2np.attention import attend, causal_mask
-from gpt2np.fast import attend_blocked
+from gpt2np.fast import attend_blocked, gelu_inplace
+from gpt2np.layers import gelu
 
 
 @pytest.mark.parametrize("T, T_past", [(1, 0), (1, 37), (5, 0), (130, 0), (257, 3), (64, 64)])
@@ -56,3 +57,39 @@ def test_fast_model_equals_clear_model(tiny_hparams) -> None:
         np.testing.assert_allclose(
             fast.forward_cached(chunk, cf), clear.forward_cached(chunk, cc), atol=1e-5, rtol=1e-5
         )
+
+
+@pytest.mark.parametrize("shape", [(), (0, 5), (1, 7), (3, 4, 3072), (50, 3072), (2, 1, 100_003)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_inplace_equals_gelu(shape, dtype) -> None:
+    x = (np.random.default_rng(len(shape)).standard_normal(shape) * 4).astype(dtype)
+    if x.size >= 4:
+        x.reshape(-1)[:4] = [0.0, -30.0, 30.0, 1e-3]  # zero, both saturated ends, tiny
+    expected = gelu(x)
+    got = gelu_inplace(x.copy(), block=1000)  # blocks of whole rows, and rows longer than one
+    assert got.dtype == dtype and got.shape == shape
+    tol = 1e-6 if dtype == np.float32 else 1e-14
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
+    # against the equation in float64 too, not only against the clear function
+    x64 = x.astype(np.float64)
+    exact = 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64**3)))
+    np.testing.assert_allclose(got, exact, rtol=10 * tol, atol=10 * tol)
+
+
+def test_gelu_inplace_writes_into_its_argument_and_handles_a_strided_one() -> None:
+    x = np.linspace(-5, 5, 60, dtype=np.float32).reshape(2, 3, 10)
+    expected = gelu(x)
+    z = x.copy()
+    out = gelu_inplace(z, block=20)
+    assert np.shares_memory(out, z)  # the point: no array as large as x is made
+    np.testing.assert_allclose(z, expected, rtol=1e-6, atol=1e-6)
+    strided = x.transpose(1, 0, 2)  # its rows cannot be a view: computed in a copy
+    np.testing.assert_allclose(
+        gelu_inplace(strided.copy(order="K")), expected.transpose(1, 0, 2), rtol=1e-6, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        gelu_inplace(x.copy().transpose(1, 0, 2)),
+        expected.transpose(1, 0, 2),
+        rtol=1e-6,
+        atol=1e-6,
+    )

@@ -8,20 +8,32 @@ GPT-2 moved LayerNorm to the input of each sub-block (unlike the original Transf
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from .attention import Attend, Past, attend, attention
 from .layers import gelu, layernorm, linear
 
-__all__ = ["block", "mlp"]
+__all__ = ["Activation", "block", "mlp"]
 
 
-def mlp(x: np.ndarray, c_fc: dict[str, np.ndarray], c_proj: dict[str, np.ndarray]) -> np.ndarray:
+Activation = Callable[[np.ndarray], np.ndarray]
+
+
+def mlp(
+    x: np.ndarray,
+    c_fc: dict[str, np.ndarray],
+    c_proj: dict[str, np.ndarray],
+    act: Activation = gelu,
+) -> np.ndarray:
     """mlp(x) = gelu(x · W_fc + b_fc) · W_proj + b_proj, hidden width 4·D.
 
     x [B, T, D]; c_fc {"w" [D, 4D], "b" [4D]}; c_proj {"w" [4D, D], "b" [D]}  ->  [B, T, D]
+    ``act`` computes the gelu; it gets an array of its own, which it may overwrite
+    (:func:`gpt2np.fast.gelu_inplace` does).
     """
-    a = gelu(linear(x, **c_fc))  # [B, T, D] -> [B, T, 4D]
+    a = act(linear(x, **c_fc))  # [B, T, D] -> [B, T, 4D]
     return linear(a, **c_proj)  # [B, T, 4D] -> [B, T, D]
 
 
@@ -34,16 +46,17 @@ def block(
     n_head: int,
     past: Past = None,
     attend: Attend = attend,
+    act: Activation = gelu,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One transformer block; its keyword names are the checkpoint's, so ``**params["blocks"][i]``
     passes straight in.
 
-    x [B, T, D], past and attend as for :func:`attention`
+    x [B, T, D], past and attend as for :func:`attention`, act as for :func:`mlp`
     ->  (x [B, T, D], present [B, 2, H, T, Dh])
     """
     a, present = attention(layernorm(x, **ln_1), **attn, n_head=n_head, past=past, attend=attend)
     x = x + a  # [B, T, D]
-    x = x + _mlp(layernorm(x, **ln_2), **mlp)  # [B, T, D]
+    x = x + _mlp(layernorm(x, **ln_2), **mlp, act=act)  # [B, T, D]
     return x, present
 
 

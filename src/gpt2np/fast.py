@@ -5,6 +5,10 @@ readable. Each is tested equal to its clear twin (tests/test_fast.py).
 queries at a time: a block of queries ``i0 … i1-1`` only needs keys ``0 … T_past + i1 - 1``, so
 about half of the score matrix of a long prompt is never computed, and each block's scores are
 small enough to stay in cache while the softmax runs over them in place.
+
+:func:`gelu_inplace` is :func:`gpt2np.layers.gelu` written into its argument a few rows at a time:
+the clear one-liner makes about eight temporaries as large as the MLP's [B, T, 4D] hidden
+activations, and for a long prompt each is a fresh allocation that the kernel has to fault in.
 """
 
 from __future__ import annotations
@@ -14,11 +18,15 @@ import math
 import numpy as np
 
 from .attention import masked_score
+from .layers import SQRT_2_OVER_PI
 
-__all__ = ["attend_blocked"]
+__all__ = ["attend_blocked", "gelu_inplace"]
 
 #: Queries per block: [B, H, 128, S] float32 scores are 6 MB at S = 1024 for one sequence.
 BLOCK = 128
+
+#: Numbers per block of :func:`gelu_inplace`: 256 KiB of float32, which stays in L2.
+GELU_BLOCK = 1 << 16
 
 
 def attend_blocked(
@@ -55,3 +63,34 @@ def attend_blocked(
         o = np.matmul(scores, v[..., :s, :], out=out[..., i0:i1, :])  # [B, H, i1-i0, Dh]
         o /= denominator
     return out
+
+
+def gelu_inplace(x: np.ndarray, block: int = GELU_BLOCK) -> np.ndarray:
+    """gelu(x) = 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³))), like
+    :func:`gpt2np.layers.gelu` up to float rounding, computed in place.           [...] -> [...]
+
+    ``x`` is overwritten (when its rows can be viewed without a copy, as for the contiguous
+    arrays the MLP passes; otherwise a copy is) and the result returned, so the caller must own
+    ``x``: the MLP passes it the fresh output of its first linear map. The
+    same equation is regrouped as 0.5·x·(1 + tanh(x·(c + c·0.044715·x²))), c = √(2/π), and run on
+    blocks of whole rows with one scratch block, so every pass stays in cache and nothing as
+    large as ``x`` is allocated.
+    """
+    c = x.dtype.type(SQRT_2_OVER_PI)
+    c3 = x.dtype.type(SQRT_2_OVER_PI * 0.044715)
+    half = x.dtype.type(0.5)
+    rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)  # a view of contiguous x
+    step = max(1, block // max(1, rows.shape[1]))
+    scratch = np.empty((min(step, rows.shape[0]), rows.shape[1]), dtype=x.dtype)
+    for i in range(0, rows.shape[0], step):
+        r = rows[i : i + step]  # [n, C], a view
+        t = scratch[: r.shape[0]]
+        np.multiply(r, r, out=t)  # x²
+        t *= c3
+        t += c  # c + c·0.044715·x²
+        t *= r  # √(2/π)·(x + 0.044715·x³)
+        np.tanh(t, out=t)
+        t *= half
+        t += half  # (1 + tanh(·)) / 2
+        r *= t
+    return rows.reshape(x.shape)

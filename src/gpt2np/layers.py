@@ -13,7 +13,7 @@ import numpy as np
 
 __all__ = ["gelu", "layernorm", "linear", "softmax"]
 
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 def gelu(x: np.ndarray) -> np.ndarray:
@@ -22,7 +22,7 @@ def gelu(x: np.ndarray) -> np.ndarray:
     gelu(x) = 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))        [...] -> [...]
     """
     # x * x * x rather than x**3: NumPy's general power is ~10x slower than two multiplies
-    return 0.5 * x * (1 + np.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
+    return 0.5 * x * (1 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:

@@ -18,10 +18,10 @@ from typing import Any, Optional
 import numpy as np
 
 from .attention import Attend, LayerCache, attend
-from .block import block
-from .fast import attend_blocked
+from .block import Activation, block
+from .fast import attend_blocked, gelu_inplace
 from .hparams import HParams
-from .layers import layernorm
+from .layers import gelu, layernorm
 from .params import Params, cast_params, check_params, flatten
 
 __all__ = [
@@ -71,16 +71,18 @@ def transformer(
     positions: np.ndarray,
     pasts: list[Any],
     attend: Attend = attend,
+    act: Activation = gelu,
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """Embeddings, the L blocks and ln_f, without the head.
 
     ids [B, T], positions [B, T] or [T], pasts: one per layer (None, [B, 2, H, T_past, Dh], or
-    a LayerCache), attend: the attention kernel  ->  (h [B, T, D], presents: L x [B, 2, H, T, Dh])
+    a LayerCache), attend and act: the attention and gelu kernels
+    ->  (h [B, T, D], presents: L x [B, 2, H, T, Dh])
     """
     x = embed(params["wte"], params["wpe"], ids, positions)  # [B, T, D]
     presents = []
     for block_params, past in zip(params["blocks"], pasts):
-        x, present = block(x, **block_params, n_head=n_head, past=past, attend=attend)  # [B, T, D]
+        x, present = block(x, **block_params, n_head=n_head, past=past, attend=attend, act=act)
         presents.append(present)
     return layernorm(x, **params["ln_f"]), presents  # [B, T, D]
 
@@ -91,6 +93,7 @@ def forward(
     ids: np.ndarray,
     past: Optional[np.ndarray] = None,
     attend: Attend = attend,
+    act: Activation = gelu,
 ) -> tuple[np.ndarray, np.ndarray]:
     """GPT-2's forward pass exactly as OpenAI's graph computes it (arguments are not checked;
     :meth:`GPT2.forward` is the checked entry point).
@@ -106,7 +109,7 @@ def forward(
     if past is not None:
         kv[..., :T_past, :] = past
     layers = [LayerCache(kv[:, i], T_past) for i in range(hparams.n_layer)]
-    h, _ = transformer(params, hparams.n_head, ids, positions_for(T_past, T), layers, attend)
+    h, _ = transformer(params, hparams.n_head, ids, positions_for(T_past, T), layers, attend, act)
     logits = head(h, params["wte"])  # [B, T, V]
     present = kv[..., T_past:, :]  # [B, L, 2, H, T, Dh]: the new tokens' keys and values
     # with a past, a view would keep kv's copy of the whole past alive as long as present lives
@@ -186,6 +189,7 @@ def forward_cached(
     cache: KVCache,
     last_only: bool = False,
     attend: Attend = attend,
+    act: Activation = gelu,
 ) -> np.ndarray:
     """The same forward pass with the keys and values kept in ``cache`` (written in place).
 
@@ -197,7 +201,8 @@ def forward_cached(
         raise ValueError(
             f"cache holds {cache.length} of {cache.max_len} positions; {T} more do not fit"
         )
-    h, _ = transformer(params, hparams.n_head, ids, cache.positions(T), cache.layers(), attend)
+    layers = cache.layers()  # [B, 2, H, max_len, Dh] views, written in place
+    h, _ = transformer(params, hparams.n_head, ids, cache.positions(T), layers, attend, act)
     cache.length += T
     if last_only:
         h = h[:, -1:]  # [B, 1, D]
@@ -209,7 +214,9 @@ class GPT2:
 
     ``fast=True`` (the default) computes attention with :func:`gpt2np.fast.attend_blocked`, which
     equals :func:`gpt2np.attention.attend` to float rounding and skips the masked half of long
-    prompts; ``fast=False`` runs only the clear reference functions.
+    prompts, and the MLP's gelu with :func:`gpt2np.fast.gelu_inplace` (equal to
+    :func:`gpt2np.layers.gelu` to float rounding, without its temporaries); ``fast=False`` runs
+    only the clear reference functions.
 
     >>> model = GPT2(hparams, params)
     >>> logits, present = model.forward([[464, 3290]])   # [1, 2, V], [1, L, 2, H, 2, Dh]
@@ -238,6 +245,7 @@ class GPT2:
         self._tokenizer = tokenizer
         self.fast = fast
         self._attend: Attend = attend_blocked if fast else attend
+        self._act: Activation = gelu_inplace if fast else gelu
 
     @property
     def dtype(self) -> np.dtype:
@@ -278,7 +286,7 @@ class GPT2:
         Returns logits [B, T, V] ([T, V] for 1-D ids) and present [B, L, 2, H, T, Dh].
         """
         ids2, past = self._check_forward_args(ids, past)
-        logits, present = forward(self.params, self.hparams, ids2, past, self._attend)
+        logits, present = forward(self.params, self.hparams, ids2, past, self._attend, self._act)
         return (logits[0] if np.ndim(ids) == 1 else logits), present
 
     def _check_forward_args(self, ids: Any, past: Any) -> tuple[np.ndarray, Optional[np.ndarray]]:
@@ -313,7 +321,9 @@ class GPT2:
             raise ValueError(f"ids have batch {ids2.shape[0]}, the cache has {cache.batch}")
         if cache.kv.dtype != self.dtype:
             raise TypeError(f"cache dtype {cache.kv.dtype} differs from the model's {self.dtype}")
-        return forward_cached(self.params, self.hparams, ids2, cache, last_only, self._attend)
+        return forward_cached(
+            self.params, self.hparams, ids2, cache, last_only, self._attend, self._act
+        )
 
     def generate(
         self,
