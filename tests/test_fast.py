@@ -7,8 +7,9 @@ import pytest
 
 import gpt2np
 from gpt2np.attention import attend, causal_mask
-from gpt2np.fast import attend_blocked, gelu_inplace
+from gpt2np.fast import attend_blocked, gelu_inplace, head_few_rows
 from gpt2np.layers import gelu
+from gpt2np.model import head
 
 
 @pytest.mark.parametrize("T, T_past", [(1, 0), (1, 37), (5, 0), (130, 0), (257, 3), (64, 64)])
@@ -93,3 +94,24 @@ def test_gelu_inplace_writes_into_its_argument_and_handles_a_strided_one() -> No
         rtol=1e-6,
         atol=1e-6,
     )
+
+
+@pytest.mark.parametrize("lead", [(1,), (2, 1), (8, 1), (16,), (17,), (3, 7), (4, 0)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_head_few_rows_equals_head(lead, dtype) -> None:
+    rng = np.random.default_rng(sum(lead))
+    h = rng.standard_normal((*lead, 12)).astype(dtype)
+    wte = rng.standard_normal((103, 12)).astype(dtype)  # 103: the last vocabulary slice is short
+    expected = head(h, wte)
+    got = head_few_rows(h, wte, vocab_slice=10)
+    assert got.shape == (*lead, 103) and got.dtype == dtype and got.flags.c_contiguous
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
+    # against float64 arithmetic written out, not only against the clear head
+    exact = np.einsum("...d,vd->...v", h.astype(np.float64), wte.astype(np.float64))
+    np.testing.assert_allclose(got, exact, rtol=10 * tol, atol=10 * tol)
+
+
+def test_fast_kernels_are_the_fast_twins() -> None:
+    assert gpt2np.model.FAST == gpt2np.model.Kernels(attend_blocked, gelu_inplace, head_few_rows)
+    assert gpt2np.model.CLEAR == gpt2np.model.Kernels(attend, gelu, head)

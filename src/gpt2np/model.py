@@ -13,20 +13,23 @@ that generation writes in place.
 from __future__ import annotations
 
 import operator
-from typing import Any, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 
 from .attention import Attend, LayerCache, attend
 from .block import Activation, block
-from .fast import attend_blocked, gelu_inplace
+from .fast import attend_blocked, gelu_inplace, head_few_rows
 from .hparams import HParams
 from .layers import gelu, layernorm
 from .params import Params, cast_params, check_params, flatten
 
 __all__ = [
+    "CLEAR",
+    "FAST",
     "GPT2",
     "KVCache",
+    "Kernels",
     "embed",
     "forward",
     "head",
@@ -64,23 +67,35 @@ def head(h: np.ndarray, wte: np.ndarray) -> np.ndarray:
     return logits.reshape(*h.shape[:-1], wte.shape[0])
 
 
+class Kernels(NamedTuple):
+    """The functions a forward pass does its heavy work with. The defaults are the clear ones
+    above and in attention/layers; FAST holds their tested-equal faster twins (gpt2np.fast)."""
+
+    attend: Attend = attend
+    act: Activation = gelu
+    head: Callable[[np.ndarray, np.ndarray], np.ndarray] = head
+
+
+CLEAR = Kernels()
+FAST = Kernels(attend_blocked, gelu_inplace, head_few_rows)
+
+
 def transformer(
     params: Params,
     n_head: int,
     ids: np.ndarray,
     positions: np.ndarray,
     pasts: list[Any],
-    attend: Attend = attend,
-    act: Activation = gelu,
+    kernels: Kernels = CLEAR,
 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """Embeddings, the L blocks and ln_f, without the head.
 
     ids [B, T], positions [B, T] or [T], pasts: one per layer (None, [B, 2, H, T_past, Dh], or
-    a LayerCache), attend and act: the attention and gelu kernels
-    ->  (h [B, T, D], presents: L x [B, 2, H, T, Dh])
+    a LayerCache)  ->  (h [B, T, D], presents: L x [B, 2, H, T, Dh])
     """
     x = embed(params["wte"], params["wpe"], ids, positions)  # [B, T, D]
     presents = []
+    attend, act = kernels.attend, kernels.act
     for block_params, past in zip(params["blocks"], pasts):
         x, present = block(x, **block_params, n_head=n_head, past=past, attend=attend, act=act)
         presents.append(present)
@@ -92,8 +107,7 @@ def forward(
     hparams: HParams,
     ids: np.ndarray,
     past: Optional[np.ndarray] = None,
-    attend: Attend = attend,
-    act: Activation = gelu,
+    kernels: Kernels = CLEAR,
 ) -> tuple[np.ndarray, np.ndarray]:
     """GPT-2's forward pass exactly as OpenAI's graph computes it (arguments are not checked;
     :meth:`GPT2.forward` is the checked entry point).
@@ -109,8 +123,8 @@ def forward(
     if past is not None:
         kv[..., :T_past, :] = past
     layers = [LayerCache(kv[:, i], T_past) for i in range(hparams.n_layer)]
-    h, _ = transformer(params, hparams.n_head, ids, positions_for(T_past, T), layers, attend, act)
-    logits = head(h, params["wte"])  # [B, T, V]
+    h, _ = transformer(params, hparams.n_head, ids, positions_for(T_past, T), layers, kernels)
+    logits = kernels.head(h, params["wte"])  # [B, T, V]
     present = kv[..., T_past:, :]  # [B, L, 2, H, T, Dh]: the new tokens' keys and values
     # with a past, a view would keep kv's copy of the whole past alive as long as present lives
     return logits, (present if past is None else present.copy())
@@ -188,8 +202,7 @@ def forward_cached(
     ids: np.ndarray,
     cache: KVCache,
     last_only: bool = False,
-    attend: Attend = attend,
-    act: Activation = gelu,
+    kernels: Kernels = CLEAR,
 ) -> np.ndarray:
     """The same forward pass with the keys and values kept in ``cache`` (written in place).
 
@@ -202,11 +215,11 @@ def forward_cached(
             f"cache holds {cache.length} of {cache.max_len} positions; {T} more do not fit"
         )
     layers = cache.layers()  # [B, 2, H, max_len, Dh] views, written in place
-    h, _ = transformer(params, hparams.n_head, ids, cache.positions(T), layers, attend, act)
+    h, _ = transformer(params, hparams.n_head, ids, cache.positions(T), layers, kernels)
     cache.length += T
     if last_only:
         h = h[:, -1:]  # [B, 1, D]
-    return head(h, params["wte"])
+    return kernels.head(h, params["wte"])
 
 
 class GPT2:
@@ -214,9 +227,9 @@ class GPT2:
 
     ``fast=True`` (the default) computes attention with :func:`gpt2np.fast.attend_blocked`, which
     equals :func:`gpt2np.attention.attend` to float rounding and skips the masked half of long
-    prompts, and the MLP's gelu with :func:`gpt2np.fast.gelu_inplace` (equal to
-    :func:`gpt2np.layers.gelu` to float rounding, without its temporaries); ``fast=False`` runs
-    only the clear reference functions.
+    prompts, the MLP's gelu with :func:`gpt2np.fast.gelu_inplace` (without the clear one's
+    temporaries) and a small batch's head with :func:`gpt2np.fast.head_few_rows`, each equal to
+    its clear twin to float rounding; ``fast=False`` runs only the clear reference functions.
 
     >>> model = GPT2(hparams, params)
     >>> logits, present = model.forward([[464, 3290]])   # [1, 2, V], [1, L, 2, H, 2, Dh]
@@ -244,8 +257,7 @@ class GPT2:
         self.params = params
         self._tokenizer = tokenizer
         self.fast = fast
-        self._attend: Attend = attend_blocked if fast else attend
-        self._act: Activation = gelu_inplace if fast else gelu
+        self._kernels = FAST if fast else CLEAR
 
     @property
     def dtype(self) -> np.dtype:
@@ -286,7 +298,7 @@ class GPT2:
         Returns logits [B, T, V] ([T, V] for 1-D ids) and present [B, L, 2, H, T, Dh].
         """
         ids2, past = self._check_forward_args(ids, past)
-        logits, present = forward(self.params, self.hparams, ids2, past, self._attend, self._act)
+        logits, present = forward(self.params, self.hparams, ids2, past, self._kernels)
         return (logits[0] if np.ndim(ids) == 1 else logits), present
 
     def _check_forward_args(self, ids: Any, past: Any) -> tuple[np.ndarray, Optional[np.ndarray]]:
@@ -321,9 +333,7 @@ class GPT2:
             raise ValueError(f"ids have batch {ids2.shape[0]}, the cache has {cache.batch}")
         if cache.kv.dtype != self.dtype:
             raise TypeError(f"cache dtype {cache.kv.dtype} differs from the model's {self.dtype}")
-        return forward_cached(
-            self.params, self.hparams, ids2, cache, last_only, self._attend, self._act
-        )
+        return forward_cached(self.params, self.hparams, ids2, cache, last_only, self._kernels)
 
     def generate(
         self,
