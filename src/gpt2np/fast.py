@@ -79,10 +79,10 @@ def gelu_inplace(x: np.ndarray, block: int = GELU_BLOCK) -> np.ndarray:
 
     ``x`` is overwritten (when its rows can be viewed without a copy, as for the contiguous
     arrays the MLP passes; otherwise a copy is) and the result returned, so the caller must own
-    ``x``: the MLP passes it the fresh output of its first linear map. The
-    same equation is regrouped as 0.5·x·(1 + tanh(x·(c + c·0.044715·x²))), c = √(2/π), and run on
-    blocks of whole rows with one scratch block, so every pass stays in cache and nothing as
-    large as ``x`` is allocated.
+    ``x``: the MLP passes it the fresh output of its first linear map. The same equation is
+    regrouped as 0.5·x·(1 + tanh(x·(c + c·0.044715·x²))), c = √(2/π), and run on blocks of
+    whole rows with one scratch block, so every pass stays in cache and nothing as large as
+    ``x`` is allocated.
     """
     c = x.dtype.type(SQRT_2_OVER_PI)
     c3 = x.dtype.type(SQRT_2_OVER_PI * 0.044715)

@@ -114,6 +114,9 @@ def forward(
 
     ids int [B, T]; past [B, L, 2, H, T_past, Dh] or None
     ->  (logits [B, T, V], present [B, L, 2, H, T, Dh], the new tokens' keys and values)
+
+    ``kernels`` CLEAR (the default) runs the reference functions; FAST their faster twins, equal
+    to float rounding.
     """
     B, T = ids.shape
     T_past = 0 if past is None else past.shape[-2]
@@ -207,7 +210,8 @@ def forward_cached(
     """The same forward pass with the keys and values kept in ``cache`` (written in place).
 
     ids [B, T]  ->  logits [B, T, V], or [B, 1, V] for the last position only when
-    ``last_only`` (what sampling needs; skips the head for every other position).
+    ``last_only`` (what sampling needs; skips the head for every other position). ``kernels``
+    as for :func:`forward`.
     """
     T = ids.shape[1]
     if cache.length + T > cache.max_len:
