@@ -140,15 +140,13 @@ _CHILD_TAIL = (
     "hwm=[l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
     "print(dt, hwm)"
 )
+_LOAD_DIR = (  # cold the first time in a round (empty cache dir), warm the second
+    "import sys,time,gpt2np;from gpt2np.checkpoint import load_dir\n"
+    "t=time.perf_counter();m=load_dir(sys.argv[1],cache_dir=sys.argv[2])\n"
+)
 _LOADS = {  # label -> code run in a fresh process with argv [ckpt dir, cache dir, prefix]
-    "cold (TF ckpt + CRC32C + cache write)": (
-        "import sys,time,gpt2np;from gpt2np.checkpoint import load_dir\n"
-        "t=time.perf_counter();m=load_dir(sys.argv[1],cache_dir=sys.argv[2])\n"
-    ),
-    "warm (memory-mapped cache)": (
-        "import sys,time,gpt2np;from gpt2np.checkpoint import load_dir\n"
-        "t=time.perf_counter();m=load_dir(sys.argv[1],cache_dir=sys.argv[2])\n"
-    ),
+    "cold (TF ckpt + CRC32C + cache write)": _LOAD_DIR,
+    "warm (memory-mapped cache)": _LOAD_DIR,
     "read_tf_checkpoint (arrays, CRC32C, no cache)": (
         "import sys,time,gpt2np;from gpt2np.checkpoint import read_tf_checkpoint\n"
         "t=time.perf_counter();a=read_tf_checkpoint(sys.argv[3])\n"
