@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -165,14 +164,16 @@ def _raw_interleaved(rows: np.ndarray) -> int:
     K = rows.shape[1]
     lo, hi = _shift16_tables(4 * K)
     u = rows[0].astype(np.uint32)  # a native-order copy
-    halves = u.view(np.uint16)  # u & 0xffff and u >> 16 as strided views, without a pass
-    low, high = (
-        (halves[0::2], halves[1::2]) if sys.byteorder == "little" else (halves[1::2], halves[0::2])
-    )
-    shifted, high_part = np.empty_like(u), np.empty_like(u)  # reused: no allocation per row
+    # Reused buffers, no allocation per row. The indices are computed straight into intp, the
+    # type take() works in (else it converts them itself), and mode="clip" skips the bounds
+    # check that raises (they are < 65536 by construction): ~1.4x the speed of lo[u & 0xffff].
+    index = np.empty(u.shape, dtype=np.intp)
+    shifted, high_part = np.empty_like(u), np.empty_like(u)
     for row in rows[1:]:  # u ← LO[u & 0xffff] ⊕ HI[u >> 16] ⊕ row
-        np.take(lo, low, out=shifted)
-        np.take(hi, high, out=high_part)
+        np.bitwise_and(u, 0xFFFF, out=index, casting="unsafe")
+        np.take(lo, index, out=shifted, mode="clip")
+        np.right_shift(u, 16, out=index, casting="unsafe")
+        np.take(hi, index, out=high_part, mode="clip")
         np.bitwise_xor(shifted, high_part, out=u)
         u ^= row
     return _raw(u.view(np.uint8))
