@@ -64,6 +64,25 @@ def test_from_json_names_the_file_and_wants_an_object(tmp_path) -> None:
         gpt2np.HParams.from_dict(None)
 
 
+def test_numpy_integers_are_taken_as_ints_and_numpy_bools_refused() -> None:
+    np = pytest.importorskip("numpy")
+    h = gpt2np.HParams(*np.array([50257, 1024, 768, 12, 12]))  # values read from an array
+    assert h == gpt2np.HPARAMS["124M"] and type(h.n_layer) is int and hash(h)
+    assert json.loads(json.dumps(h.to_dict())) == h.to_dict()  # plain ints serialise
+    with pytest.raises(TypeError, match="n_layer must be an int"):
+        gpt2np.HParams(n_layer=np.bool_(True))
+    with pytest.raises(TypeError, match="n_ctx must be an int"):
+        gpt2np.HParams(n_ctx=np.float32(8))
+
+
+def test_deeply_nested_json_is_a_value_error_naming_the_file(tmp_path) -> None:
+    path = tmp_path / "hparams.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ValueError, match="nested too deeply") as e:
+        gpt2np.HParams.from_json(path)
+    assert str(e.value).startswith(f"{path}: ")
+
+
 def test_flatten_unflatten_round_trip() -> None:
     h = gpt2np.HParams(n_vocab=10, n_ctx=8, n_embd=8, n_head=2, n_layer=2)
     params = init_params(h)

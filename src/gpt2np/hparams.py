@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -29,8 +30,10 @@ class HParams:
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                 raise TypeError(f"HParams.{field.name} must be an int, got {value!r}")
+            value = int(value)  # a NumPy integer (read from an array, say) becomes a plain int
+            object.__setattr__(self, field.name, value)  # the dataclass is frozen
             if value <= 0:
                 raise ValueError(f"HParams.{field.name} must be positive, got {value}")
         if self.n_embd % self.n_head:
@@ -73,6 +76,8 @@ class HParams:
             except (ValueError, TypeError) as e:  # also JSONDecodeError, UnicodeDecodeError
                 error = ValueError if isinstance(e, ValueError) else TypeError
                 raise error(f"{os.fspath(path)}: {e}") from None
+            except RecursionError:  # JSON nested deeper than the parser's recursion limit
+                raise ValueError(f"{os.fspath(path)}: JSON nested too deeply") from None
 
 
 #: The four sizes OpenAI released, keyed by the name of their download directory.
