@@ -327,6 +327,25 @@ def test_convenience_loads_once_per_model_and_dtype(tiny_model, monkeypatch):
         gpt2np.generate([1, 2], model=3)
 
 
+def test_convenience_loads_a_directory_once_however_it_is_spelled(
+    tiny_model, monkeypatch, tmp_path
+):
+    loads = []
+
+    def load(name, dtype=None):
+        loads.append(name)
+        return tiny_model
+
+    monkeypatch.setitem(sys.modules, "gpt2np.api", types.SimpleNamespace(load=load))
+    monkeypatch.setattr("gpt2np.generation._models", {})
+    (tmp_path / "m").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "m")
+    monkeypatch.chdir(tmp_path)
+    for spelling in ["m", "./m", str(tmp_path / "m"), tmp_path / "link", "m/"]:
+        gpt2np.generate([1, 2], model=spelling, max_new_tokens=1, temperature=0)
+    assert loads == ["m"]
+
+
 # -- OpenAI's weights ----------------------------------------------------------------------------
 
 SEVEN_FILES = (

@@ -342,7 +342,11 @@ def _resolve_model(model: Any, dtype: Any) -> GPT2:
         return model if dtype is None or np.dtype(dtype) == model.dtype else model.astype(dtype)
     if not isinstance(model, (str, os.PathLike)):
         raise TypeError(f"model must be a GPT2, a name or a directory, got {type(model).__name__}")
-    key = (os.fspath(model), None if dtype is None else np.dtype(dtype).name)
+    where = os.path.expanduser(os.fspath(model))
+    # one entry per directory however it is spelled ("m", "./m", a symlink), as load() would
+    # read the same files; a name that is no existing path stays the name
+    where = os.path.realpath(where) if os.path.exists(where) else os.fspath(model)
+    key = (where, None if dtype is None else np.dtype(dtype).name)
     with _models_lock:
         if key not in _models:
             from .api import load  # the loader (download, convert, cache) is only needed here
