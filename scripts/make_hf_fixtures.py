@@ -8,7 +8,9 @@ writes them; lm_head is tied and therefore not stored). ``expected.npz`` holds t
 torch model's state_dict exported with NumPy (HF names, including the tied lm_head.weight),
 and ``logits.npz`` the logits torch computes for a few token ids, so the load can be checked
 end to end without torch. ``noprefix/`` is the same model's ``GPT2Model`` saved alone (keys
-without ``transformer.``).
+without ``transformer.``). ``sharded/`` is the same model saved with ``max_shard_size="20KB"``:
+several ``model-0000i-of-0000n.safetensors`` and the ``model.safetensors.index.json`` that maps
+each tensor to its shard.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ from transformers import GPT2Config, GPT2LMHeadModel
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "hf")
 
 
-def save_trimmed(model, out: str) -> None:
+def save_trimmed(model, out: str, **kwargs) -> None:
     """``model.save_pretrained`` into a fresh ``out``, keeping only what the tests need."""
     shutil.rmtree(out, ignore_errors=True)
-    model.save_pretrained(out, safe_serialization=True)
+    model.save_pretrained(out, safe_serialization=True, **kwargs)
     for extra in os.listdir(out):
-        if extra not in ("config.json", "model.safetensors"):
+        if extra != "config.json" and not extra.startswith("model"):
             os.remove(os.path.join(out, extra))
 
 
@@ -52,6 +54,7 @@ def main() -> None:
     save_trimmed(model, out)
     # GPT2Model (no LM head) writes the same weights without the ``transformer.`` prefix.
     save_trimmed(model.transformer, os.path.join(OUT, "noprefix"))
+    save_trimmed(model, os.path.join(OUT, "sharded"), max_shard_size="20KB")
     state = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
     np.savez(os.path.join(out, "expected.npz"), **state)
     ids = np.array([[3, 1, 4, 1, 5, 9, 2, 6], [5, 3, 5, 8, 9, 7, 9, 3]])

@@ -417,6 +417,26 @@ def test_hf_keys_without_prefix_and_safetensors_file_path(tmp_path):
         np.testing.assert_array_equal(a, flatten(by_file.params)[name], err_msg=name)
 
 
+def test_hf_sharded_dir_equals_the_single_file(tmp_path):
+    """save_pretrained(max_shard_size=...) wrote two shards and an index: the same model."""
+    sharded = FIXTURES / "hf" / "sharded"
+    assert len(list(sharded.glob("model-*-of-*.safetensors"))) == 2
+    one, two = load_dir(HF_SMALL), load_dir(sharded)
+    for name, a in flatten(one.params).items():
+        np.testing.assert_array_equal(a, flatten(two.params)[name], err_msg=name)
+    # A tensor found in two of the files the index names: which one is meant is not ours to
+    # guess. (The third file is a byte copy of the first shard, listed for one more tensor.)
+    d = copy(tmp_path, sharded)
+    shutil.copy(d / "model-00001-of-00002.safetensors", d / "model-00003-of-00003.safetensors")
+    index = json.loads((d / "model.safetensors.index.json").read_text())
+    second = "model-00002-of-00002.safetensors"
+    name = next(n for n, f in index["weight_map"].items() if f == second)
+    index["weight_map"][name] = "model-00003-of-00003.safetensors"
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match=r"tensor \S+ is in both .*00001-of-00002.*00003"):
+        load_dir(d)
+
+
 def hf_copy_with(tmp_path, change):
     d = copy(tmp_path, HF_SMALL)
     tensors = {k: np.array(v) for k, v in read_safetensors(d / "model.safetensors").items()}

@@ -234,10 +234,14 @@ def _hf_files(directory: str) -> list[str]:
 def _read_hf_flat(files: str | list[str], hparams: HParams) -> dict[str, np.ndarray]:
     files = [files] if isinstance(files, str) else files
     tensors: dict[str, np.ndarray] = {}
+    origin: dict[str, str] = {}
     for f in files:
         if not os.path.isfile(f):
             raise CheckpointError(f"missing {f}")
-        tensors.update(read_safetensors(f, mmap=True))
+        for name, array in read_safetensors(f, mmap=True).items():
+            if name in origin:  # which copy is meant? Not ours to guess
+                raise CheckpointError(f"tensor {name} is in both {origin[name]} and {f}")
+            tensors[name], origin[name] = array, f
     return flat_from_hf(
         tensors, hparams, files[0] if len(files) == 1 else os.path.dirname(files[0])
     )
