@@ -352,3 +352,17 @@ def test_cli_end_to_end_in_a_subprocess(tmp_path) -> None:
     r = gpt2np_cli("compare", str(g), str(p))
     assert r.returncode != 0 and str(p) in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("manifest", [b"{not json", b'{"tensors": [{"name": "gone"}]}'])
+def test_a_refused_golden_file_is_closed_at_once(tmp_path, monkeypatch, manifest) -> None:
+    import gpt2np.golden as golden
+
+    opened = []
+    real = golden._open_npz
+    monkeypatch.setattr(golden, "_open_npz", lambda p: opened.append(real(p)) or opened[-1])
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, **{MANIFEST_KEY: np.frombuffer(manifest, np.uint8), "x": np.ones(2)})
+    with pytest.raises(gpt2np.CheckpointError, match="manifest"):
+        GoldenFile(bad)
+    assert len(opened) == 1 and opened[0].zip is None  # closed, not left to the GC

@@ -169,15 +169,21 @@ class GoldenFile:
         else:
             self._npz = _open_npz(self.path)
             files = list(self._npz.files)
-        self.manifest = self._read_manifest() if MANIFEST_KEY in files else None
-        files = [f for f in files if f != MANIFEST_KEY]
-        self.names = files
-        if self.manifest is not None:
-            listed = [t["name"] for t in self.manifest["tensors"]]
-            lost = [n for n in listed if n not in files]
-            if lost:
-                raise CheckpointError(f"{self.path}: the manifest lists tensor {lost[0]}, absent")
-            self.names = listed + [f for f in files if f not in listed]
+        try:
+            self.manifest = self._read_manifest() if MANIFEST_KEY in files else None
+            files = [f for f in files if f != MANIFEST_KEY]
+            self.names = files
+            if self.manifest is not None:
+                listed = [t["name"] for t in self.manifest["tensors"]]
+                lost = [n for n in listed if n not in files]
+                if lost:
+                    raise CheckpointError(
+                        f"{self.path}: the manifest lists tensor {lost[0]}, absent"
+                    )
+                self.names = listed + [f for f in files if f not in listed]
+        except BaseException:  # the caller gets no object to close: close the zip here
+            self.close()
+            raise
 
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self.names:
