@@ -639,6 +639,21 @@ def test_vocabulary_is_parsed_on_first_use_and_its_errors_name_the_file(tmp_path
         _ = broken.tokenizer
 
 
+@pytest.mark.parametrize("src, gone", [("tf", "vocab.bpe"), ("tf", "encoder.json"),
+                                       ("hf", "merges.txt")])  # fmt: skip
+def test_half_a_vocabulary_is_an_error_on_first_use_not_the_bundled_one(tmp_path, src, gone):
+    if src == "tf":
+        d = copy(tmp_path, TF_SMALL)
+        (d / gone).unlink()
+    else:  # HF's names for the same two files; the fixture has neither, give it one
+        d = copy(tmp_path, HF_SMALL)
+        shutil.copy(TF_SMALL / "encoder.json", d / "vocab.json")
+    model = load_dir(d, cache_dir=tmp_path / "c")  # the weights load
+    assert model.forward([[1, 2]])[0].shape[-1] == model.hparams.n_vocab
+    with pytest.raises(CheckpointError, match=rf"{gone} is missing: a vocabulary needs both"):
+        _ = model.tokenizer
+
+
 def test_corrupt_data_found_by_the_byte_copy_names_tensor_and_file_and_caches_nothing(tmp_path):
     from gpt2np.checkpoint.tf_bundle import read_tf_index
 

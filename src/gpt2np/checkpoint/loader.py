@@ -58,13 +58,25 @@ def _read_json(path: str) -> Any:
 def _tokenizer(directory: str, encoder: str, merges: str) -> Any:
     """A factory of Tokenizer.from_files on the directory's own vocabulary files (GPT2 calls it
     on first use of model.tokenizer: parsing 1.5 MB of vocabulary would double the time of a
-    warm load), or None without them."""
+    warm load), or None without them. With only one of the two, the factory raises: GPT-2's
+    bundled vocabulary would tokenize silently wrong if the directory's own differs."""
     enc, bpe = os.path.join(directory, encoder), os.path.join(directory, merges)
-    if not (os.path.isfile(enc) and os.path.isfile(bpe)):
+    have = [os.path.isfile(enc), os.path.isfile(bpe)]
+    if not any(have):
         return None
+    if not all(have):
+        found, missing = (enc, bpe) if have[0] else (bpe, enc)
+        return functools.partial(_half_vocabulary, found, missing)
     from ..tokenizer import Tokenizer
 
     return functools.partial(Tokenizer.from_files, enc, bpe)
+
+
+def _half_vocabulary(found: str, missing: str) -> Any:
+    raise CheckpointError(
+        f"{found} is there but {missing} is missing: a vocabulary needs both (weights and "
+        "token ids still work)"
+    )
 
 
 def load_dir(
