@@ -3,6 +3,7 @@ TensorFlow and transformers (scripts/make_tf_fixtures.py, scripts/make_hf_fixtur
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pathlib
@@ -72,18 +73,33 @@ def test_sharded_openai_dir():
     )
 
 
-def test_second_load_memory_maps_the_cache(tmp_path):
+@pytest.fixture
+def no_hard_links(monkeypatch):
+    """A cache on another file system than the checkpoint: os.link fails as it would there."""
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", refuse)
+
+
+@pytest.mark.parametrize("kind", ["linked", "copied"])
+def test_second_load_memory_maps_the_cache(tmp_path, request, kind):
+    if kind == "copied":
+        request.getfixturevalue("no_hard_links")
     cache = tmp_path / "c"
     first = load_dir(TF_SMALL, cache_dir=cache)
     (entry,) = os.listdir(cache)
-    assert sorted(os.listdir(cache / entry)) == ["config.json", "model.safetensors"]
+    files = {"linked": ["config.json", "model.ckpt.data", "tensors.json"],
+             "copied": ["config.json", "model.safetensors"]}  # fmt: skip
+    assert sorted(os.listdir(cache / entry)) == files[kind]
     second = load_dir(TF_SMALL, cache_dir=cache)
     for name, a in flatten(second.params).items():
         assert not a.flags.writeable and not a.flags.owndata, name  # a view of the map
         np.testing.assert_array_equal(a, flatten(first.params)[name])
-    # The cache entry is itself an HF directory.
-    cached = load_dir(cache / entry)
-    np.testing.assert_array_equal(cached.params["wte"], first.params["wte"])
+    if kind == "copied":  # the copied kind of entry is itself an HF directory
+        cached = load_dir(cache / entry)
+        np.testing.assert_array_equal(cached.params["wte"], first.params["wte"])
 
 
 def test_changed_checkpoint_is_not_served_stale(tmp_path):
@@ -141,8 +157,8 @@ def test_index_file_path_honours_cache_dir_and_use_cache(tmp_path, home):
     assert len(os.listdir(tmp_path / "c")) == 1 and not (home / "cache").exists()
 
 
-@pytest.mark.parametrize("path", ["byte copy", "general"])
-def test_interrupted_conversion_leaves_no_entry(tmp_path, monkeypatch, path):
+@pytest.mark.parametrize("path", ["link", "byte copy", "general"])
+def test_interrupted_conversion_leaves_no_entry(tmp_path, monkeypatch, request, path):
     from gpt2np.checkpoint import cache as cache_module
 
     cache = tmp_path / "c"
@@ -150,7 +166,10 @@ def test_interrupted_conversion_leaves_no_entry(tmp_path, monkeypatch, path):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    if path == "byte copy":
+    if path == "link":  # interrupted while the linked data's CRCs are checked
+        monkeypatch.setattr(cache_module, "_crcs_of_copy", interrupted)
+    elif path == "byte copy":
+        request.getfixturevalue("no_hard_links")
         monkeypatch.setattr(cache_module, "_copy_file", interrupted)
     else:
         monkeypatch.setattr(cache_module, "byte_copy_layout", lambda *a: None)
@@ -180,7 +199,31 @@ def test_temporary_entries_of_killed_conversions_are_removed_after_a_day(tmp_pat
     assert fresh.name in left and old.name not in left and len(left) == 2
 
 
-def test_openai_layout_is_converted_by_a_byte_copy_of_the_data_file(tmp_path):
+def test_openai_layout_is_cached_by_a_hard_link_to_the_data_file(tmp_path):
+    """No byte is copied: the entry's data file is the checkpoint's (a second name for it), and
+    its index places each tensor where TensorFlow wrote it."""
+    from gpt2np.checkpoint.tf_bundle import read_tf_index
+
+    d = copy(tmp_path, TF_SMALL)  # a copy of the fixture: its data file gets a second name
+    model = load_dir(d, cache_dir=tmp_path / "c")
+    assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
+    (entry,) = os.listdir(tmp_path / "c")
+    data = d / "model.ckpt.data-00000-of-00001"
+    assert os.path.samefile(tmp_path / "c" / entry / "model.ckpt.data", data)
+    index = json.loads((tmp_path / "c" / entry / "tensors.json").read_text())
+    _, entries = read_tf_index(str(d / "model.ckpt"))
+    assert index["size"] == data.stat().st_size
+    assert index["tensors"]["blocks.0.attn.c_attn.w"] == {
+        "shape": [16, 48],  # stored [1, 16, 48]
+        "offset": entries["model/h0/attn/c_attn/w"].offset,
+    }
+    assert len(index["tensors"]) == len(entries)
+    warm = load_dir(d, cache_dir=tmp_path / "c")
+    assert_matches_openai(warm, npz(TF_SMALL / "expected.npz"))
+    assert not warm.params["wte"].flags.writeable  # served from the memory-mapped link
+
+
+def test_openai_layout_is_converted_by_a_byte_copy_without_hard_links(tmp_path, no_hard_links):
     from gpt2np.checkpoint import cache as cache_module
     from gpt2np.checkpoint.safetensors import read_safetensors_header
 
@@ -197,7 +240,7 @@ def test_openai_layout_is_converted_by_a_byte_copy_of_the_data_file(tmp_path):
 
 
 @pytest.mark.oracle
-def test_byte_copied_cache_entry_is_read_alike_by_hf_safetensors(tmp_path):
+def test_byte_copied_cache_entry_is_read_alike_by_hf_safetensors(tmp_path, no_hard_links):
     st_numpy = pytest.importorskip("safetensors.numpy")
     model = load_dir(TF_SMALL, cache_dir=tmp_path / "c")
     (entry,) = os.listdir(tmp_path / "c")
@@ -208,7 +251,7 @@ def test_byte_copied_cache_entry_is_read_alike_by_hf_safetensors(tmp_path):
         np.testing.assert_array_equal(theirs[name], a, err_msg=name)
 
 
-def test_byte_copy_without_copy_file_range(tmp_path, monkeypatch):
+def test_byte_copy_without_copy_file_range(tmp_path, monkeypatch, no_hard_links):
     def unsupported(*args):
         raise OSError(38, "Function not implemented")
 
@@ -218,7 +261,9 @@ def test_byte_copy_without_copy_file_range(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("behaviour", ["short counts", "zero at once", "zero midway"])
-def test_byte_copy_when_copy_file_range_copies_less(tmp_path, monkeypatch, behaviour):
+def test_byte_copy_when_copy_file_range_copies_less(
+    tmp_path, monkeypatch, no_hard_links, behaviour
+):
     """copy_file_range may copy fewer bytes than asked, or return 0 before the end on file
     systems that do not support it that way: the copy must still be complete and exact."""
     real, calls = os.copy_file_range, []
@@ -585,12 +630,44 @@ def test_transformers_loads_what_save_wrote(tmp_path):
     np.testing.assert_allclose(hf_logits, model.forward(ids)[0], atol=1e-4, rtol=1e-4)
 
 
-def test_damaged_cache_entry_is_rebuilt(tmp_path):
+@pytest.mark.parametrize(
+    "kind, damage",
+    [
+        ("copied", "truncated"),
+        ("linked", "truncated index"),
+        ("linked", "index misplaces a tensor"),
+        ("linked", "index lacks a tensor"),
+        ("linked", "index is a list"),
+        ("linked", "data file replaced by a short one"),
+    ],
+)
+def test_damaged_cache_entry_is_rebuilt(tmp_path, request, kind, damage):
+    if kind == "copied":
+        request.getfixturevalue("no_hard_links")
     cache = tmp_path / "c"
     load_dir(TF_SMALL, cache_dir=cache)
     (entry,) = os.listdir(cache)
-    st = cache / entry / "model.safetensors"
-    st.write_bytes(st.read_bytes()[:-64])
+    if damage == "truncated":
+        st = cache / entry / "model.safetensors"
+        st.write_bytes(st.read_bytes()[:-64])
+    elif damage == "truncated index":
+        index = cache / entry / "tensors.json"
+        index.write_text(index.read_text()[:-10])
+    elif damage == "index misplaces a tensor":
+        index = cache / entry / "tensors.json"
+        content = json.loads(index.read_text())
+        content["tensors"]["wte"]["offset"] = content["size"]  # past the end of the data
+        index.write_text(json.dumps(content))
+    elif damage == "index lacks a tensor":
+        index = cache / entry / "tensors.json"
+        content = json.loads(index.read_text())
+        del content["tensors"]["blocks.1.ln_2.b"]
+        index.write_text(json.dumps(content))
+    elif damage == "index is a list":
+        (cache / entry / "tensors.json").write_text("[1, 2]")
+    else:  # a new file under the link's name: the checkpoint's own file is left alone
+        (cache / entry / "model.ckpt.data").unlink()
+        (cache / entry / "model.ckpt.data").write_bytes(b"\0" * 64)
     with pytest.warns(UserWarning, match="damaged cache entry"):
         model = load_dir(TF_SMALL, cache_dir=cache)
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
@@ -617,7 +694,7 @@ def test_damaged_cache_entry_warning_points_at_the_caller(tmp_path):
     cache = tmp_path / "c"
     load_dir(TF_SMALL, cache_dir=cache)
     (entry,) = os.listdir(cache)
-    (cache / entry / "model.safetensors").write_bytes(b"\0" * 8)
+    (cache / entry / "tensors.json").write_bytes(b"\0" * 8)
     with pytest.warns(UserWarning, match="damaged cache entry") as caught:
         load_dir(TF_SMALL, cache_dir=cache)
     assert [w.filename for w in caught] == [__file__]

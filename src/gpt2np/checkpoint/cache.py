@@ -1,7 +1,8 @@
-"""The conversion cache: a TF checkpoint converted once to safetensors, memory-mapped after.
+"""The conversion cache: a TF checkpoint verified (and converted if need be) once, memory-mapped
+after.
 
-An entry is a directory ``<cache_dir>/tf-<key>/`` holding ``model.safetensors`` and an HF
-``config.json`` (so an entry is itself a directory HF can load). The key is a SHA-256 over
+An entry is a directory ``<cache_dir>/tf-<key>/`` with an HF ``config.json`` and the weights in
+one of two forms (below). The key is a SHA-256 over
 
 * the ``.index`` file's bytes — it holds every tensor's dtype, shape, offset and CRC-32C, so any
   change to the weights that TensorFlow wrote changes it;
@@ -9,20 +10,27 @@ An entry is a directory ``<cache_dir>/tf-<key>/`` holding ``model.safetensors`` 
   changes these even when the index is untouched);
 * ``hparams.json``'s bytes and the cache format version.
 
-An entry is built in a temporary directory next to it and renamed into place only when both
-files are complete, so an interrupted conversion never leaves an entry that looks finished.
+An entry is built in a temporary directory next to it and renamed into place only when all its
+files are complete and every tensor's CRC-32C is verified, so an interrupted conversion never
+leaves an entry that looks finished.
 
 OpenAI's releases store exactly the model's float32 tensors back to back in one data shard, and
-those bytes are already what safetensors needs (a conv1d weight [1, D, 3D] has the bytes of
-[D, 3D]). For such a checkpoint :func:`write_entry_by_copy` writes a header and copies the data
-file with the kernel's copy (no pass through Python memory), then verifies every tensor's
-CRC-32C on the copy itself. Any other layout goes through :func:`write_entry`.
+those bytes need no conversion at all (a conv1d weight [1, D, 3D] has the bytes of [D, 3D]). For
+such a checkpoint :func:`write_entry_from_layout` makes a *linked* entry: ``model.ckpt.data``, a
+hard link to the data shard (no byte copied, no second copy on disk; being the checkpoint's own
+file, it must not be edited in place), and ``tensors.json``, each tensor's shape and offset in
+it. Where a hard link cannot be made (another file system, a file owned by someone else) it
+writes ``model.safetensors`` instead: a header, then the data file by the kernel's copy,
+verified on the copy; such an entry is itself a directory HF can load. Any other layout is
+converted to ``model.safetensors`` by :func:`write_entry`.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -48,12 +56,15 @@ __all__ = [
     "cache_key",
     "default_cache_dir",
     "entry_dir",
+    "is_linked",
+    "read_linked_entry",
     "write_entry",
-    "write_entry_by_copy",
+    "write_entry_from_layout",
 ]
 
 FORMAT_VERSION = "gpt2np-tf-cache-1"
-_FILES = ("model.safetensors", "config.json")
+LINKED_DATA, LINKED_INDEX = "model.ckpt.data", "tensors.json"
+_KINDS = (("model.safetensors", "config.json"), (LINKED_DATA, LINKED_INDEX, "config.json"))
 
 
 def default_cache_dir() -> str:
@@ -76,9 +87,43 @@ def cache_key(index_path: str, shard_paths: list[str], hparams_path: str) -> str
 def entry_dir(cache_dir: str, key: str) -> str | None:
     """The finished entry for ``key``, or None."""
     path = os.path.join(cache_dir, f"tf-{key[:40]}")
-    if all(os.path.isfile(os.path.join(path, f)) for f in _FILES):
+    if any(all(os.path.isfile(os.path.join(path, f)) for f in files) for files in _KINDS):
         return path
     return None
+
+
+def is_linked(entry: str) -> bool:
+    """Whether the entry is the linked kind (else it holds model.safetensors)."""
+    return os.path.isfile(os.path.join(entry, LINKED_INDEX))
+
+
+def read_linked_entry(entry: str, hparams: HParams) -> dict[str, np.ndarray]:
+    """A linked entry's flat params, as read-only views of one memory map of its data file.
+
+    Raises CheckpointError for a damaged entry: an index that does not place every tensor of
+    the model inside the data file, or a data file of the wrong size.
+    """
+    index_path = os.path.join(entry, LINKED_INDEX)
+    data_file = os.path.join(entry, LINKED_DATA)
+    try:
+        with open(index_path, encoding="utf-8") as f:
+            index = json.load(f)
+        tensors, size = index["tensors"], int(index["size"])
+        data = np.memmap(data_file, dtype=np.uint8, mode="r")
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise CheckpointError(f"cannot read cache entry {entry}: {e}") from None
+    if data.size != size:
+        raise CheckpointError(f"{data_file} has {data.size} bytes, its index says {size}")
+    flat = {}
+    for name, shape in expected_shapes(hparams).items():
+        t = tensors.get(name) if isinstance(tensors, dict) else None
+        t = t if isinstance(t, dict) else {}
+        offset, nbytes = t.get("offset"), 4 * math.prod(shape)
+        placed = isinstance(offset, int) and 0 <= offset <= size - nbytes
+        if t.get("shape") != list(shape) or not placed:
+            raise CheckpointError(f"{index_path} does not place tensor {name} {list(shape)}")
+        flat[name] = data[offset : offset + nbytes].view("<f4").reshape(shape)  # float32, LE
+    return flat
 
 
 def write_entry(
@@ -90,8 +135,8 @@ def write_entry(
 ) -> str:
     """Write an entry atomically and return its directory."""
 
-    def write(path: str) -> None:
-        write_safetensors(path, tensors, metadata)
+    def write(directory: str) -> None:
+        write_safetensors(os.path.join(directory, "model.safetensors"), tensors, metadata)
 
     return _write_atomically(cache_dir, key, write, config)
 
@@ -132,7 +177,7 @@ def byte_copy_layout(prefix: str, hparams: HParams) -> Layout | None:
     return layout
 
 
-def write_entry_by_copy(
+def write_entry_from_layout(
     cache_dir: str,
     key: str,
     prefix: str,
@@ -140,33 +185,82 @@ def write_entry_by_copy(
     config: dict[str, Any],
     metadata: dict[str, str],
 ) -> str:
-    """Write an entry whose data section is a byte copy of the checkpoint's data file (see the
-    module docstring), verify every tensor's CRC-32C on the copy, and return its directory."""
+    """Write an entry for a checkpoint in OpenAI's layout (see :func:`byte_copy_layout`): a
+    linked one where a hard link to the data file can be made, else a byte copy (see the module
+    docstring). Every tensor's CRC-32C is verified on the entry's own data file before the
+    entry is renamed into place. Returns the entry's directory."""
     source = data_path(prefix, 0, 1)
-    header: dict[str, Any] = {"__metadata__": metadata}
-    for _, flat, entry in layout:
-        shape = list(entry.shape[1:]) if flat.endswith(".w") else list(entry.shape)
-        header[hf_name(flat)] = {
-            "dtype": "F32",
-            "shape": shape,
-            "data_offsets": [entry.offset, entry.offset + entry.size],
-        }
 
-    def write(path: str) -> None:
-        with open(path, "wb") as out, open(source, "rb") as src:
-            out.write(header_bytes(header))
-            out.flush()
-            _copy_file(src, out, os.fstat(src.fileno()).st_size)
-            out.flush()
-            # the disk flush waits on I/O, the CRCs on the CPU: run them side by side
-            with ThreadPoolExecutor(1) as flusher:
-                synced = flusher.submit(os.fsync, out.fileno())
-                crcs = _crcs_of_copy(path, read_safetensors_header(path)[1], layout)
-                synced.result()
+    def write(directory: str) -> None:
+        linked = os.path.join(directory, LINKED_DATA)
+        try:
+            os.link(source, linked)
+        except OSError:  # another file system, no hard links there, or not our file to link
+            _write_copy(os.path.join(directory, "model.safetensors"), source, layout, metadata)
+            return
+        # The link is the checkpoint's own file: make sure its bytes are on disk (a download
+        # just written may not be) while the CRCs are checked, then write the index.
+        with ThreadPoolExecutor(1) as flusher:
+            synced = flusher.submit(_fsync_path, linked)
+            crcs = _crcs_of_copy(linked, 0, layout)
+            synced.result()
         for name, _, entry, actual in crcs:
             check_crc(entry, actual, name, source)
+        index = {
+            "format": FORMAT_VERSION,
+            "metadata": metadata,
+            "size": os.path.getsize(linked),
+            "tensors": {
+                flat: {"shape": _shape(flat, entry), "offset": entry.offset}
+                for _, flat, entry in layout
+            },
+        }
+        with open(os.path.join(directory, LINKED_INDEX), "w", encoding="utf-8") as f:
+            json.dump(index, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
 
     return _write_atomically(cache_dir, key, write, config)
+
+
+def _shape(flat: str, entry: BundleEntry) -> list[int]:
+    """The model's shape of a tensor stored in OpenAI's layout (conv1d weights lose the 1)."""
+    return list(entry.shape[1:]) if flat.endswith(".w") else list(entry.shape)
+
+
+def _fsync_path(path: str) -> None:
+    """fsync a file we may only read (POSIX flushes the file, whichever way it was opened)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as e:  # Windows cannot flush a read-only handle; the data is the source's
+        if e.errno not in (errno.EBADF, errno.EINVAL):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _write_copy(path: str, source: str, layout: Layout, metadata: dict[str, str]) -> None:
+    """model.safetensors at ``path``: a header, then a byte copy of ``source``, verified."""
+    header: dict[str, Any] = {"__metadata__": metadata}
+    for _, flat, entry in layout:
+        header[hf_name(flat)] = {
+            "dtype": "F32",
+            "shape": _shape(flat, entry),
+            "data_offsets": [entry.offset, entry.offset + entry.size],
+        }
+    with open(path, "wb") as out, open(source, "rb") as src:
+        out.write(header_bytes(header))
+        out.flush()
+        _copy_file(src, out, os.fstat(src.fileno()).st_size)
+        out.flush()
+        # the disk flush waits on I/O, the CRCs on the CPU: run them side by side
+        with ThreadPoolExecutor(1) as flusher:
+            synced = flusher.submit(os.fsync, out.fileno())
+            crcs = _crcs_of_copy(path, read_safetensors_header(path)[1], layout)
+            synced.result()
+    for name, _, entry, actual in crcs:
+        check_crc(entry, actual, name, source)
 
 
 def _crcs_of_copy(
@@ -258,14 +352,14 @@ def _remove_abandoned(cache_dir: str) -> None:
 
 
 def _write_atomically(cache_dir: str, key: str, write: Any, config: dict[str, Any]) -> str:
-    """Build an entry in a temporary directory with ``write(path_of_model_safetensors)`` and the
-    config, then rename it into place; return the entry's directory."""
+    """Build an entry in a temporary directory with ``write(directory)`` and the config, then
+    rename it into place; return the entry's directory."""
     final = os.path.join(cache_dir, f"tf-{key[:40]}")
     os.makedirs(cache_dir, exist_ok=True)
     _remove_abandoned(cache_dir)
     tmp = tempfile.mkdtemp(prefix=f"tf-{key[:40]}.", suffix=".tmp", dir=cache_dir)
     try:
-        write(os.path.join(tmp, "model.safetensors"))
+        write(tmp)
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=2)
         if os.path.isdir(final):  # a stale half-entry, or another process just finished one

@@ -87,8 +87,10 @@ def load_dir(
 ) -> GPT2:
     """Load a GPT-2 from an OpenAI release directory, an HF directory, or a .safetensors file.
 
-    ``dtype`` casts the weights (default: as stored). A TF checkpoint is converted into
-    ``cache_dir`` (default ``$GPT2NP_HOME/cache``) on first load unless ``use_cache=False``.
+    ``dtype`` casts the weights (default: as stored). A TF checkpoint is verified and recorded
+    in ``cache_dir`` (default ``$GPT2NP_HOME/cache``) on first load unless ``use_cache=False``:
+    OpenAI's layout by a hard link to its data file, anything else converted to safetensors
+    (see :mod:`gpt2np.checkpoint.cache`); later loads memory-map the entry.
     Raises :class:`~gpt2np.CheckpointError` naming the file (and tensor) for bad input.
     """
     path = os.path.expanduser(os.fspath(path))
@@ -179,9 +181,9 @@ def _load_tf_prefix(
         if flat is not None:
             return GPT2(hparams, unflatten(flat, hparams), tokenizer, dtype=dtype)
         layout = cache.byte_copy_layout(prefix, hparams)
-        if layout is not None:  # OpenAI's own layout: copy the bytes, verify the copy
+        if layout is not None:  # OpenAI's own layout: link (or copy) the bytes, verify them
             try:
-                cache.write_entry_by_copy(root, key, prefix, layout, hf_config(hparams), meta)
+                cache.write_entry_from_layout(root, key, prefix, layout, hf_config(hparams), meta)
             except OSError as e:  # a read-only or full cache: the general path reads it
                 warnings.warn(f"could not write the conversion cache in {root}: {e}", stacklevel=4)
                 write_cache = False  # and writing it again would fail alike: warn once
@@ -208,6 +210,8 @@ def _read_cache_entry(root: str, key: str, hparams: HParams) -> dict[str, np.nda
     if hit is None:
         return None
     try:
+        if cache.is_linked(hit):
+            return cache.read_linked_entry(hit, hparams)
         return _read_hf_flat(os.path.join(hit, "model.safetensors"), hparams)
     except CheckpointError as e:
         warnings.warn(f"discarding a damaged cache entry: {e}", stacklevel=5)
