@@ -167,7 +167,7 @@ def test_interrupted_conversion_leaves_no_entry(tmp_path, monkeypatch, request, 
         raise KeyboardInterrupt
 
     if path == "link":  # interrupted while the linked data's CRCs are checked
-        monkeypatch.setattr(cache_module, "_crcs_of_copy", interrupted)
+        monkeypatch.setattr(cache_module, "_tensor_crcs", interrupted)
     elif path == "byte copy":
         request.getfixturevalue("no_hard_links")
         monkeypatch.setattr(cache_module, "_copy_file", interrupted)
@@ -755,8 +755,8 @@ def test_byte_copy_checks_tensors_in_pieces_and_finds_a_flip_in_a_later_piece(
     from gpt2np.checkpoint import cache as cache_module
     from gpt2np.checkpoint.tf_bundle import read_tf_index
 
-    real = cache_module._crcs_of_copy
-    monkeypatch.setattr(cache_module, "_crcs_of_copy", lambda *a: real(*a, piece=1000))
+    real = cache_module._tensor_crcs
+    monkeypatch.setattr(cache_module, "_tensor_crcs", lambda *a: real(*a, piece=1000))
     model = load_dir(TF_SMALL, cache_dir=tmp_path / "c1")
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
     d = copy(tmp_path, TF_SMALL)

@@ -202,7 +202,7 @@ def write_entry_from_layout(
         # just written may not be) while the CRCs are checked, then write the index.
         with ThreadPoolExecutor(1) as flusher:
             synced = flusher.submit(_fsync_path, linked)
-            crcs = _crcs_of_copy(linked, 0, layout)
+            crcs = _tensor_crcs(linked, 0, layout)
             synced.result()
         for name, _, entry, actual in crcs:
             check_crc(entry, actual, name, source)
@@ -257,16 +257,17 @@ def _write_copy(path: str, source: str, layout: Layout, metadata: dict[str, str]
         # the disk flush waits on I/O, the CRCs on the CPU: run them side by side
         with ThreadPoolExecutor(1) as flusher:
             synced = flusher.submit(os.fsync, out.fileno())
-            crcs = _crcs_of_copy(path, read_safetensors_header(path)[1], layout)
+            crcs = _tensor_crcs(path, read_safetensors_header(path)[1], layout)
             synced.result()
     for name, _, entry, actual in crcs:
         check_crc(entry, actual, name, source)
 
 
-def _crcs_of_copy(
+def _tensor_crcs(
     path: str, start: int, layout: Layout, piece: int = 16 << 20
 ) -> list[tuple[str, str, BundleEntry, int]]:
-    """Each tensor's CRC-32C as it lies in the copy.
+    """Each tensor's CRC-32C as it lies in the entry's data file ``path`` (the link, or the copy
+    whose data section starts at byte ``start``).
 
     Tensors are cut into pieces of at most ``piece`` bytes, which two threads check in turn
     (NumPy releases the GIL), each reading through a reused buffer: faster than the first
