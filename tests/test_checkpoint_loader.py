@@ -223,6 +223,24 @@ def test_openai_layout_is_cached_by_a_hard_link_to_the_data_file(tmp_path):
     assert not warm.params["wte"].flags.writeable  # served from the memory-mapped link
 
 
+def test_a_symlinked_data_file_is_linked_as_the_file_it_names(tmp_path):
+    """OpenAI dirs assembled with symlinks (a relative one here): the entry links the file
+    itself, so it neither dangles from inside the cache nor breaks when the symlink goes."""
+    from gpt2np.checkpoint import cache as cache_module
+
+    d = copy(tmp_path, TF_SMALL)
+    data = d / "model.ckpt.data-00000-of-00001"
+    data.rename(tmp_path / "real.data")
+    data.symlink_to(os.path.join("..", "real.data"))
+    model = load_dir(d, cache_dir=tmp_path / "c")
+    (entry,) = os.listdir(tmp_path / "c")
+    linked = tmp_path / "c" / entry / "model.ckpt.data"
+    assert not linked.is_symlink() and os.path.samefile(linked, tmp_path / "real.data")
+    data.unlink()  # the symlink goes: the entry still holds the bytes
+    cached = cache_module.read_linked_entry(str(tmp_path / "c" / entry), model.hparams)
+    np.testing.assert_array_equal(cached["wte"], model.params["wte"])
+
+
 def test_openai_layout_is_converted_by_a_byte_copy_without_hard_links(tmp_path, no_hard_links):
     from gpt2np.checkpoint import cache as cache_module
     from gpt2np.checkpoint.safetensors import read_safetensors_header

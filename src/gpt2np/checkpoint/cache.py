@@ -193,8 +193,8 @@ def write_entry_from_layout(
 
     def write(directory: str) -> None:
         linked = os.path.join(directory, LINKED_DATA)
-        try:
-            os.link(source, linked)
+        try:  # the file itself: a hard link to a (relative) symlink could dangle in the cache
+            os.link(os.path.realpath(source), linked)
         except OSError:  # another file system, no hard links there, or not our file to link
             _write_copy(os.path.join(directory, "model.safetensors"), source, layout, metadata)
             return
