@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -200,12 +200,7 @@ def write_entry_from_layout(
             return
         # The link is the checkpoint's own file: make sure its bytes are on disk (a download
         # just written may not be) while the CRCs are checked, then write the index.
-        with ThreadPoolExecutor(1) as flusher:
-            synced = flusher.submit(_fsync_path, linked)
-            crcs = _tensor_crcs(linked, 0, layout)
-            synced.result()
-        for name, _, entry, actual in crcs:
-            check_crc(entry, actual, name, source)
+        _verify_while_syncing(linked, 0, layout, source, lambda: _fsync_path(linked))
         index = {
             "format": FORMAT_VERSION,
             "metadata": metadata,
@@ -254,11 +249,20 @@ def _write_copy(path: str, source: str, layout: Layout, metadata: dict[str, str]
         out.flush()
         _copy_file(src, out, os.fstat(src.fileno()).st_size)
         out.flush()
-        # the disk flush waits on I/O, the CRCs on the CPU: run them side by side
-        with ThreadPoolExecutor(1) as flusher:
-            synced = flusher.submit(os.fsync, out.fileno())
-            crcs = _tensor_crcs(path, read_safetensors_header(path)[1], layout)
-            synced.result()
+        start = read_safetensors_header(path)[1]
+        _verify_while_syncing(path, start, layout, source, lambda: os.fsync(out.fileno()))
+
+
+def _verify_while_syncing(
+    path: str, start: int, layout: Layout, source: str, sync: Callable[[], None]
+) -> None:
+    """Check every tensor's CRC-32C in ``path`` (data from byte ``start``) while ``sync``
+    flushes it to disk, side by side: the flush waits on I/O, the CRCs on the CPU. A mismatch
+    is a CheckpointError naming the tensor and the checkpoint file ``source``."""
+    with ThreadPoolExecutor(1) as flusher:
+        synced = flusher.submit(sync)
+        crcs = _tensor_crcs(path, start, layout)
+        synced.result()
     for name, _, entry, actual in crcs:
         check_crc(entry, actual, name, source)
 
