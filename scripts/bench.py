@@ -134,6 +134,41 @@ def torch_cases(model: gpt2np.GPT2, threads: int) -> dict[str, Callable[[], obje
     return cases
 
 
+def rows_probe(model: gpt2np.GPT2, repeats: int) -> None:
+    """The weight products of one decode step (each block's c_attn, c_proj, c_fc, mlp.c_proj and
+    the head) for N = 1 … 16 rows, timed alternately. A batch-N decode step does these products
+    and more, so N / their time is a ceiling on batch-N tokens/s that no Python-side change can
+    lift: it is what the BLAS does with N-row products."""
+    from gpt2np.model import FAST
+
+    rng = np.random.default_rng(0)
+    D, dtype = model.hparams.n_embd, model.dtype
+    weights = [
+        w
+        for p in model.params["blocks"]
+        for w in (p["attn"]["c_attn"]["w"], p["attn"]["c_proj"]["w"],
+                  p["mlp"]["c_fc"]["w"], p["mlp"]["c_proj"]["w"])
+    ]  # fmt: skip
+    wte = model.params["wte"]
+
+    def products(N: int) -> Callable[[], object]:
+        xs = {n: rng.standard_normal((N, n)).astype(dtype) for n in {w.shape[0] for w in weights}}
+        h = rng.standard_normal((N, 1, D)).astype(dtype)
+
+        def run() -> None:
+            for w in weights:
+                xs[w.shape[0]] @ w
+            FAST.head(h, wte)
+
+        return run
+
+    t = alternate({str(N): products(N) for N in (1, 2, 4, 8, 16)}, repeats)
+    print("  one decode step's weight products (blocks + head) for N rows:")
+    for N, dt in t.items():
+        print(f"    N={N:>2s} {dt * 1e3:7.1f} ms  {dt / t['1']:4.2f}x the 1-row time"
+              f"  -> batch {N} decodes at most {int(N) / dt:4.0f} tokens/s")  # fmt: skip
+
+
 _CHILD_TAIL = (
     "dt=time.perf_counter()-t\n"
     # VmHWM, the child's own peak RSS: ru_maxrss would include the parent's, inherited at fork
@@ -216,6 +251,7 @@ def main() -> None:
     ap.add_argument("--tf-python", help="a python with tensorflow, to time TF's own loading")
     ap.add_argument("--load-rounds", type=int, default=5, help="rounds of the load timings")
     ap.add_argument("--only", help="run only the cases whose name contains this text")
+    ap.add_argument("--rows", action="store_true", help="also probe the products for 1-16 rows")
     args = ap.parse_args()
 
     print(f"date {time.strftime('%Y-%m-%d')}  cpu {cpu_name()}  cores {os.cpu_count()}")
@@ -252,6 +288,8 @@ def main() -> None:
             if "torch" in t:
                 line += f", torch {B * NEW_TOKENS / t['torch']:.1f} tok/s"
         print(line, flush=True)
+    if args.rows:
+        rows_probe(model, args.repeats * 3)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"  peak RSS of this process {rss_mb:.0f} MB")
     if args.ckpt:
