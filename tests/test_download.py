@@ -313,6 +313,38 @@ def test_unknown_names_are_refused_before_touching_disk(tmp_path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_models_dir_that_is_not_a_directory_is_a_value_error(tmp_path) -> None:
+    """A file where models_dir (or the model's directory in it) must go: ValueError naming the
+    file, raised before any request; a models_dir of the wrong type: TypeError."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "124M").write_text("also mine")
+    cases = [(a_file, a_file), (a_file / "deeper", a_file), (tmp_path / "models", None)]
+    for models_dir, blocker in cases:
+        blocker = blocker or tmp_path / "models" / "124M"
+        with pytest.raises(ValueError, match=f"{blocker} is not a directory"):
+            gpt2np.download("124M", models_dir=models_dir, base_url=closed_port_url())
+    assert (
+        a_file.read_text() == "mine" and (tmp_path / "models" / "124M").read_text() == "also mine"
+    )
+    with pytest.raises(TypeError, match="models_dir must be a path, got int"):
+        gpt2np.download("124M", models_dir=7)  # type: ignore[arg-type]
+
+
+def test_a_models_dir_that_cannot_be_created_is_a_download_error(tmp_path, monkeypatch) -> None:
+    """Any other mkdir failure (EACCES here, injected: the tests may run as root, whom
+    permissions do not stop) is a DownloadError naming the directory and the OS's reason."""
+
+    def refuse(self, *args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+
+    monkeypatch.setattr(pathlib.Path, "mkdir", refuse)
+    target = tmp_path / "locked" / "124M"
+    with pytest.raises(gpt2np.DownloadError, match=f"could not create {target}.*Permission denied"):
+        gpt2np.download("124M", models_dir=tmp_path / "locked", base_url=closed_port_url())
+
+
 def test_old_names_download_into_the_canonical_directory(tmp_path, bucket, base_url) -> None:
     directory = gpt2np.download("117M", models_dir=tmp_path, base_url=base_url)
     assert directory == tmp_path / "124M"

@@ -99,6 +99,8 @@ def model_dir(name: str, models_dir: Union[str, os.PathLike, None] = None) -> pa
     """
     if models_dir is None:
         models_dir = home_dir() / "models"
+    elif not isinstance(models_dir, (str, os.PathLike)):
+        raise TypeError(f"models_dir must be a path, got {type(models_dir).__name__}")
     return pathlib.Path(models_dir).expanduser() / resolve_name(name)
 
 
@@ -116,8 +118,9 @@ def download(
     progress: one tqdm bar per file on stderr; None shows them only when stderr is a terminal.
     base_url: overrides ``$GPT2NP_BASE_URL``, which overrides :data:`DEFAULT_BASE_URL`.
 
-    Raises ValueError for an unknown name and :class:`gpt2np.DownloadError` (naming the URL and
-    file) when a file cannot be fetched or fails verification; no bad file is left in place.
+    Raises ValueError for an unknown name or a models_dir that is (or lies under) a file, and
+    :class:`gpt2np.DownloadError` (naming the URL and file) when a file cannot be fetched, saved
+    or verified; no bad file is left in place.
     """
     name = resolve_name(name)
     directory = model_dir(name, models_dir)
@@ -126,11 +129,25 @@ def download(
         progress = sys.stderr is not None and sys.stderr.isatty()
     if _is_complete(directory):
         return directory
-    directory.mkdir(parents=True, exist_ok=True)
+    _make_dir(directory)
     with _Lock(directory / LOCK_FILE, notify=bool(progress)):
         if not _is_complete(directory):  # someone else may have finished while we waited
             _download_missing(name, directory, base, bool(progress))
     return directory
+
+
+def _make_dir(directory: pathlib.Path) -> None:
+    """mkdir -p, with a ValueError when a file stands where a directory must go (the caller's
+    models_dir, or something in it) and a DownloadError for any other reason it fails."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError) as e:
+        blocker = next(p for p in (directory, *directory.parents) if os.path.lexists(p))
+        raise ValueError(
+            f"cannot put the model files in {directory}: {blocker} is not a directory"
+        ) from e
+    except OSError as e:  # permissions, a read-only or full file system
+        raise DownloadError(f"could not create {directory}: {e}") from e
 
 
 def _is_complete(directory: pathlib.Path) -> bool:
