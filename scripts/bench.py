@@ -137,8 +137,8 @@ def torch_cases(model: gpt2np.GPT2, threads: int) -> dict[str, Callable[[], obje
 def rows_probe(model: gpt2np.GPT2, repeats: int) -> None:
     """The weight products of one decode step (each block's c_attn, c_proj, c_fc, mlp.c_proj and
     the head) for N = 1 … 16 rows, timed alternately. A batch-N decode step does these products
-    and more, so N / their time is a ceiling on batch-N tokens/s that no Python-side change can
-    lift: it is what the BLAS does with N-row products."""
+    and more, so N / their time is a ceiling on batch-N tokens/s: only faster N-row products
+    (another BLAS, or another weight layout) could lift it."""
     from gpt2np.model import FAST
 
     rng = np.random.default_rng(0)
