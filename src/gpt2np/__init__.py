@@ -9,6 +9,7 @@ The forward pass reads like the paper: ``layers`` (layernorm, gelu, softmax, lin
 
 from __future__ import annotations
 
+from ._version import __version__
 from .api import load
 from .checkpoint import save
 from .diff import CompareReport, compare
@@ -22,8 +23,6 @@ from .params import init_params
 from .scoring import Score
 from .tokenizer import Tokenizer
 from .trace import Trace
-
-__version__ = "0.1.0"
 
 __all__ = [
     "GPT2",

@@ -37,6 +37,7 @@ from tqdm import tqdm
 
 from . import hparams as _hparams
 from .errors import DownloadError
+from .paths import home_dir
 from .tokenizer import ENCODER_JSON_SHA256, VOCAB_BPE_SHA256
 
 try:
@@ -44,7 +45,7 @@ try:
 except ImportError:  # Windows: fall back to an O_EXCL lock file
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["DEFAULT_BASE_URL", "MODEL_FILES", "download", "home_dir", "model_dir", "resolve_name"]
+__all__ = ["DEFAULT_BASE_URL", "MODEL_FILES", "download", "model_dir", "resolve_name"]
 
 DEFAULT_BASE_URL = "https://openaipublic.blob.core.windows.net/gpt-2/models"
 #: Small files first, so a wrong name or base URL fails before the 0.5-6 GB data file.
@@ -84,12 +85,6 @@ def resolve_name(name: str) -> str:
     if not isinstance(name, str) or name not in KNOWN_NAMES:
         raise ValueError(f"unknown model name {name!r}; known names: {', '.join(KNOWN_NAMES)}")
     return ALIASES.get(name, name)
-
-
-def home_dir() -> pathlib.Path:
-    """``$GPT2NP_HOME`` (default ``~/.cache/gpt2np``, ``~`` expanded either way): downloads go
-    into its ``models/``, the checkpoint conversion cache into its ``cache/``."""
-    return pathlib.Path(os.environ.get("GPT2NP_HOME") or "~/.cache/gpt2np").expanduser()
 
 
 def model_dir(name: str, models_dir: Union[str, os.PathLike, None] = None) -> pathlib.Path:

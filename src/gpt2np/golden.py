@@ -19,6 +19,7 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
+from ._version import __version__
 from .errors import CheckpointError
 from .hparams import HParams
 from .model import GPT2
@@ -75,8 +76,6 @@ def dump(
     Besides the traced tensors, the file holds ``ids`` (int64 [B, T]). It is written to a
     temporary name, read back and checked, then renamed into place.
     """
-    from . import __version__  # here, not at the top: gpt2np/__init__.py imports this module
-
     if names is not None and not isinstance(names, str):
         names = list(names)  # a generator would be used up by trace before the manifest
     sha = weights_sha256(model.params, model.hparams)

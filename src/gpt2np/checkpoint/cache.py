@@ -41,10 +41,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..download import home_dir
 from ..errors import CheckpointError
 from ..hparams import HParams
 from ..params import expected_shapes
+from ..paths import home_dir
 from .convert import hf_name, openai_name
 from .crc32c import crc32c, crc32c_combine
 from .protobuf import BundleEntry
