@@ -139,7 +139,7 @@ def rows_probe(model: gpt2np.GPT2, repeats: int) -> None:
     the head) for N = 1 … 16 rows, timed alternately. A batch-N decode step does these products
     and more, so N / their time is a ceiling on batch-N tokens/s: only faster N-row products
     (another BLAS, or another weight layout) could lift it."""
-    from gpt2np.model import FAST
+    from gpt2np.fast import FAST
 
     rng = np.random.default_rng(0)
     D, dtype = model.hparams.n_embd, model.dtype
@@ -176,8 +176,8 @@ _CHILD_TAIL = (
     "print(dt, hwm)"
 )
 _LOAD_DIR = (  # cold the first time in a round (empty cache dir), warm the second
-    "import sys,time,gpt2np;from gpt2np.checkpoint import load_dir\n"
-    "t=time.perf_counter();m=load_dir(sys.argv[1],cache_dir=sys.argv[2])\n"
+    "import sys,time,gpt2np\n"
+    "t=time.perf_counter();m=gpt2np.load(sys.argv[1],cache_dir=sys.argv[2])\n"
 )
 _LOADS = {  # label -> code run in a fresh process with argv [ckpt dir, cache dir, prefix]
     "cold (TF ckpt + CRC32C + cache write)": _LOAD_DIR,

@@ -8,14 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from gpt2np.attention import (
-    LayerCache,
-    attend,
-    attention,
-    causal_mask,
-    merge_heads,
-    split_heads,
-)
+from gpt2np.attention import attend, attention, causal_mask, merge_heads, split_heads
 
 
 def test_causal_mask_counts_from_the_lower_right_corner() -> None:
@@ -87,26 +80,6 @@ def test_attention_with_past_matches_naive_loops(layer) -> None:
     expected, _, _ = naive_attention(x[:, 4:], c_attn, c_proj, H, kv_past)
     assert present.shape == (2, 2, H, 3, 4)  # the new tokens only
     np.testing.assert_allclose(out, expected, rtol=1e-10, atol=1e-12)
-
-
-def test_layer_cache_writes_in_place_and_equals_functional_past(layer) -> None:
-    c_attn, c_proj, H = layer
-    x = np.random.default_rng(6).standard_normal((1, 6, 12))
-    full, present = attention(x, c_attn, c_proj, H)
-    kv = np.zeros((1, 2, H, 10, 4))
-    buffer = kv.copy()
-    first, _ = attention(x[:, :4], c_attn, c_proj, H, past=LayerCache(kv, 0))
-    rest, _ = attention(x[:, 4:], c_attn, c_proj, H, past=LayerCache(kv, 4))
-    np.testing.assert_allclose(np.concatenate([first, rest], 1), full, rtol=1e-12)
-    np.testing.assert_allclose(kv[..., :6, :], present, rtol=1e-12)
-    assert not kv[..., 6:, :].any() and buffer.shape == kv.shape
-
-
-def test_layer_cache_returns_views_not_copies() -> None:
-    kv = np.zeros((1, 2, 2, 8, 3))
-    k_all, v_all = LayerCache(kv, 2).write(np.ones((1, 2, 1, 3)), np.ones((1, 2, 1, 3)))
-    assert k_all.shape == (1, 2, 3, 3)
-    assert np.shares_memory(k_all, kv) and np.shares_memory(v_all, kv)
 
 
 def test_attend_fully_masked_row_is_finite() -> None:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from gpt2np.attention import attention
-from gpt2np.block import block, mlp
+from gpt2np.block import block, ffn
 
 
 def _params(D: int, rng: np.random.Generator) -> dict:
@@ -33,11 +33,11 @@ def _ln(x, g, b):
     return g * (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5) + b
 
 
-def test_mlp_is_gelu_between_two_projections() -> None:
+def test_ffn_is_gelu_between_two_projections() -> None:
     rng = np.random.default_rng(0)
     p = _params(8, rng)["mlp"]
     x = rng.standard_normal((2, 3, 8))
-    y = mlp(x, **p)
+    y = ffn(x, **p)
     assert y.shape == (2, 3, 8)
     h = x @ p["c_fc"]["w"] + p["c_fc"]["b"]
     assert h.shape == (2, 3, 32)  # width 4·D
@@ -55,5 +55,5 @@ def test_block_is_two_pre_norm_residuals() -> None:
     assert y.shape == x.shape and present.shape == (2, 2, 2, 4, 4)
     a, _ = attention(_ln(x, **p["ln_1"]), **p["attn"], n_head=2)
     mid = x + a
-    expected = mid + mlp(_ln(mid, **p["ln_2"]), **p["mlp"])
+    expected = mid + ffn(_ln(mid, **p["ln_2"]), **p["mlp"])
     np.testing.assert_allclose(y, expected, rtol=1e-10)

@@ -1,5 +1,8 @@
-"""load_dir, the conversion cache and save: OpenAI-layout and HF-layout directories written by
-TensorFlow and transformers (scripts/make_tf_fixtures.py, scripts/make_hf_fixtures.py)."""
+"""Loading, the conversion cache and save: OpenAI-layout and HF-layout directories written by
+TensorFlow and transformers (scripts/make_tf_fixtures.py, scripts/make_hf_fixtures.py).
+
+Most tests load through ``gpt2np.load`` (the reader, :func:`gpt2np.checkpoint.load_dir`, plus
+the model built from what it read); a few check the reader's own result."""
 
 from __future__ import annotations
 
@@ -14,8 +17,8 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np import CheckpointError
-from gpt2np.checkpoint import load_dir, read_safetensors, save, write_safetensors
+from gpt2np import CheckpointError, load, save
+from gpt2np.checkpoint import Checkpoint, load_dir, read_safetensors, write_safetensors
 from gpt2np.checkpoint.convert import hf_from_flat
 from gpt2np.params import flatten
 
@@ -58,7 +61,7 @@ def copy(tmp_path, src, name="m") -> pathlib.Path:
 
 
 def test_openai_dir_loads_weights_hparams_and_tokenizer(home):
-    model = load_dir(TF_SMALL)
+    model = load(TF_SMALL)
     assert model.hparams == gpt2np.HParams(n_vocab=260, n_ctx=16, n_embd=16, n_head=2, n_layer=2)
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
     assert model.params["blocks"][0]["attn"]["c_attn"]["w"].shape == (16, 48)
@@ -69,7 +72,7 @@ def test_openai_dir_loads_weights_hparams_and_tokenizer(home):
 
 def test_sharded_openai_dir():
     assert_matches_openai(
-        load_dir(FIXTURES / "tf" / "sharded"), npz(FIXTURES / "tf/sharded/expected.npz")
+        load(FIXTURES / "tf" / "sharded"), npz(FIXTURES / "tf/sharded/expected.npz")
     )
 
 
@@ -88,31 +91,31 @@ def test_second_load_memory_maps_the_cache(tmp_path, request, kind):
     if kind == "copied":
         request.getfixturevalue("no_hard_links")
     cache = tmp_path / "c"
-    first = load_dir(TF_SMALL, cache_dir=cache)
+    first = load(TF_SMALL, cache_dir=cache)
     (entry,) = os.listdir(cache)
     files = {"linked": ["config.json", "model.ckpt.data", "tensors.json"],
              "copied": ["config.json", "model.safetensors"]}  # fmt: skip
     assert sorted(os.listdir(cache / entry)) == files[kind]
-    second = load_dir(TF_SMALL, cache_dir=cache)
+    second = load(TF_SMALL, cache_dir=cache)
     for name, a in flatten(second.params).items():
         assert not a.flags.writeable and not a.flags.owndata, name  # a view of the map
         np.testing.assert_array_equal(a, flatten(first.params)[name])
     if kind == "copied":  # the copied kind of entry is itself an HF directory
-        cached = load_dir(cache / entry)
+        cached = load(cache / entry)
         np.testing.assert_array_equal(cached.params["wte"], first.params["wte"])
 
 
 def test_changed_checkpoint_is_not_served_stale(tmp_path):
     d = copy(tmp_path, TF_SMALL)
     cache = tmp_path / "c"
-    load_dir(d, cache_dir=cache)
+    load(d, cache_dir=cache)
     # Replace the checkpoint with another one (same hparams): the sharded fixture's tensors.
     for f in d.glob("model.ckpt*"):
         f.unlink()
     other = FIXTURES / "tf" / "sharded"
     for f in other.glob("model.ckpt*"):
         shutil.copy(f, d / f.name)
-    model = load_dir(d, cache_dir=cache)
+    model = load(d, cache_dir=cache)
     assert_matches_openai(model, npz(other / "expected.npz"))
     assert len(os.listdir(cache)) == 2
 
@@ -120,7 +123,7 @@ def test_changed_checkpoint_is_not_served_stale(tmp_path):
 def test_data_file_rewritten_in_place_is_not_served_stale(tmp_path):
     d = copy(tmp_path, TF_SMALL)
     cache = tmp_path / "c"
-    load_dir(d, cache_dir=cache)
+    load(d, cache_dir=cache)
     data = d / "model.ckpt.data-00000-of-00001"
     blob = bytearray(data.read_bytes())
     blob[100] ^= 1
@@ -128,7 +131,7 @@ def test_data_file_rewritten_in_place_is_not_served_stale(tmp_path):
     st = os.stat(data)
     os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     with pytest.raises(CheckpointError, match="checksum mismatch"):
-        load_dir(d, cache_dir=cache)
+        load(d, cache_dir=cache)
 
 
 def test_gpt2np_home_with_a_tilde_is_expanded(tmp_path, monkeypatch):
@@ -137,22 +140,22 @@ def test_gpt2np_home_with_a_tilde_is_expanded(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
     monkeypatch.setenv("GPT2NP_HOME", "~/gh")
     monkeypatch.chdir(tmp_path)
-    load_dir(TF_SMALL)
+    load(TF_SMALL)
     assert len(os.listdir(tmp_path / "user" / "gh" / "cache")) == 1
     assert not (tmp_path / "~").exists()
 
 
 def test_use_cache_false_writes_nothing(tmp_path, home):
-    model = load_dir(TF_SMALL, use_cache=False)
+    model = load(TF_SMALL, use_cache=False)
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
     assert not (home / "cache").exists()
 
 
 def test_index_file_path_honours_cache_dir_and_use_cache(tmp_path, home):
     index = TF_SMALL / "model.ckpt.index"
-    load_dir(index, use_cache=False, cache_dir=tmp_path / "c")
+    load(index, use_cache=False, cache_dir=tmp_path / "c")
     assert not (tmp_path / "c").exists() and not (home / "cache").exists()
-    model = load_dir(index, cache_dir=tmp_path / "c")
+    model = load(index, cache_dir=tmp_path / "c")
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
     assert len(os.listdir(tmp_path / "c")) == 1 and not (home / "cache").exists()
 
@@ -175,11 +178,11 @@ def test_interrupted_conversion_leaves_no_entry(tmp_path, monkeypatch, request, 
         monkeypatch.setattr(cache_module, "byte_copy_layout", lambda *a: None)
         monkeypatch.setattr(cache_module, "write_safetensors", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        load_dir(TF_SMALL, cache_dir=cache)
+        load(TF_SMALL, cache_dir=cache)
     assert os.listdir(cache) == []
     monkeypatch.undo()
     monkeypatch.setenv("GPT2NP_HOME", str(tmp_path / "home"))
-    load_dir(TF_SMALL, cache_dir=cache)
+    load(TF_SMALL, cache_dir=cache)
     assert len(os.listdir(cache)) == 1
 
 
@@ -194,7 +197,7 @@ def test_temporary_entries_of_killed_conversions_are_removed_after_a_day(tmp_pat
     two_days_ago = time.time() - 2 * 24 * 3600
     for p in (old / "model.safetensors", old):
         os.utime(p, (two_days_ago, two_days_ago))
-    load_dir(TF_SMALL, cache_dir=cache)
+    load(TF_SMALL, cache_dir=cache)
     left = sorted(os.listdir(cache))
     assert fresh.name in left and old.name not in left and len(left) == 2
 
@@ -205,7 +208,7 @@ def test_openai_layout_is_cached_by_a_hard_link_to_the_data_file(tmp_path):
     from gpt2np.checkpoint.tf_bundle import read_tf_index
 
     d = copy(tmp_path, TF_SMALL)  # a copy of the fixture: its data file gets a second name
-    model = load_dir(d, cache_dir=tmp_path / "c")
+    model = load(d, cache_dir=tmp_path / "c")
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
     (entry,) = os.listdir(tmp_path / "c")
     data = d / "model.ckpt.data-00000-of-00001"
@@ -218,7 +221,7 @@ def test_openai_layout_is_cached_by_a_hard_link_to_the_data_file(tmp_path):
         "offset": entries["model/h0/attn/c_attn/w"].offset,
     }
     assert len(index["tensors"]) == len(entries)
-    warm = load_dir(d, cache_dir=tmp_path / "c")
+    warm = load(d, cache_dir=tmp_path / "c")
     assert_matches_openai(warm, npz(TF_SMALL / "expected.npz"))
     assert not warm.params["wte"].flags.writeable  # served from the memory-mapped link
 
@@ -232,7 +235,7 @@ def test_a_symlinked_data_file_is_linked_as_the_file_it_names(tmp_path):
     data = d / "model.ckpt.data-00000-of-00001"
     data.rename(tmp_path / "real.data")
     data.symlink_to(os.path.join("..", "real.data"))
-    model = load_dir(d, cache_dir=tmp_path / "c")
+    model = load(d, cache_dir=tmp_path / "c")
     (entry,) = os.listdir(tmp_path / "c")
     linked = tmp_path / "c" / entry / "model.ckpt.data"
     assert not linked.is_symlink() and os.path.samefile(linked, tmp_path / "real.data")
@@ -247,7 +250,7 @@ def test_openai_layout_is_converted_by_a_byte_copy_without_hard_links(tmp_path, 
 
     hparams = gpt2np.HParams.from_json(TF_SMALL / "hparams.json")
     assert cache_module.byte_copy_layout(str(TF_SMALL / "model.ckpt"), hparams) is not None
-    model = load_dir(TF_SMALL, cache_dir=tmp_path / "c")
+    model = load(TF_SMALL, cache_dir=tmp_path / "c")
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
     (entry,) = os.listdir(tmp_path / "c")
     st = tmp_path / "c" / entry / "model.safetensors"
@@ -260,7 +263,7 @@ def test_openai_layout_is_converted_by_a_byte_copy_without_hard_links(tmp_path, 
 @pytest.mark.oracle
 def test_byte_copied_cache_entry_is_read_alike_by_hf_safetensors(tmp_path, no_hard_links):
     st_numpy = pytest.importorskip("safetensors.numpy")
-    model = load_dir(TF_SMALL, cache_dir=tmp_path / "c")
+    model = load(TF_SMALL, cache_dir=tmp_path / "c")
     (entry,) = os.listdir(tmp_path / "c")
     theirs = st_numpy.load_file(str(tmp_path / "c" / entry / "model.safetensors"))
     ours = hf_from_flat(flatten(model.params))
@@ -274,7 +277,7 @@ def test_byte_copy_without_copy_file_range(tmp_path, monkeypatch, no_hard_links)
         raise OSError(38, "Function not implemented")
 
     monkeypatch.setattr(os, "copy_file_range", unsupported, raising=False)
-    model = load_dir(TF_SMALL, cache_dir=tmp_path / "c")
+    model = load(TF_SMALL, cache_dir=tmp_path / "c")
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
 
 
@@ -293,7 +296,7 @@ def test_byte_copy_when_copy_file_range_copies_less(
         return real(src, dst, min(count, 1000), *args)
 
     monkeypatch.setattr(os, "copy_file_range", partial)
-    model = load_dir(TF_SMALL, cache_dir=tmp_path / "c")
+    model = load(TF_SMALL, cache_dir=tmp_path / "c")
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
     assert calls and not model.params["wte"].flags.writeable  # served from the copy
     (entry,) = os.listdir(tmp_path / "c")
@@ -309,7 +312,7 @@ def test_another_process_finishing_the_same_entry_first(tmp_path, monkeypatch, p
 
     from gpt2np.checkpoint import cache as cache_module
 
-    load_dir(TF_SMALL, cache_dir=tmp_path / "done")
+    load(TF_SMALL, cache_dir=tmp_path / "done")
     (done,) = os.listdir(tmp_path / "done")
     if path == "general":
         monkeypatch.setattr(cache_module, "byte_copy_layout", lambda *a: None)
@@ -323,7 +326,7 @@ def test_another_process_finishing_the_same_entry_first(tmp_path, monkeypatch, p
     monkeypatch.setattr(os, "rename", rename_after_the_other_process)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        model = load_dir(TF_SMALL, cache_dir=tmp_path / "c")
+        model = load(TF_SMALL, cache_dir=tmp_path / "c")
     assert os.listdir(tmp_path / "c") == [done]
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
     if path == "byte copy":
@@ -351,9 +354,9 @@ def test_byte_copy_accepts_only_what_the_general_path_accepts(tmp_path, monkeypa
     hparams = gpt2np.HParams.from_json(TF_SMALL / "hparams.json")
     assert cache_module.byte_copy_layout(str(TF_SMALL / "model.ckpt"), hparams) is None
     with pytest.raises(CheckpointError, match="model/h0/attn/c_attn/b"):
-        load_dir(TF_SMALL, use_cache=False)
+        load(TF_SMALL, use_cache=False)
     with pytest.raises(CheckpointError, match="model/h0/attn/c_attn/b"):
-        load_dir(TF_SMALL, cache_dir=tmp_path / "c")
+        load(TF_SMALL, cache_dir=tmp_path / "c")
 
 
 def test_other_layouts_take_the_general_path(tmp_path):
@@ -363,19 +366,19 @@ def test_other_layouts_take_the_general_path(tmp_path):
     sharded = FIXTURES / "tf" / "sharded"
     hparams = gpt2np.HParams.from_json(sharded / "hparams.json")
     assert cache_module.byte_copy_layout(find_prefix(str(sharded)), hparams) is None
-    load_dir(sharded, cache_dir=tmp_path / "c")  # converted and cached all the same
+    load(sharded, cache_dir=tmp_path / "c")  # converted and cached all the same
     assert len(os.listdir(tmp_path / "c")) == 1
 
 
 def test_dtype_cast():
-    assert load_dir(TF_SMALL, dtype=np.float64).dtype == np.float64
+    assert load(TF_SMALL, dtype=np.float64).dtype == np.float64
 
 
 def test_hparams_missing_key(tmp_path):
     d = copy(tmp_path, TF_SMALL)
     (d / "hparams.json").write_text(json.dumps({"n_vocab": 260, "n_ctx": 16, "n_embd": 16}))
     with pytest.raises(CheckpointError, match=r"hparams\.json.*n_head"):
-        load_dir(d)
+        load(d)
 
 
 def test_hparams_disagreeing_with_shapes_names_tensor(tmp_path):
@@ -384,22 +387,22 @@ def test_hparams_disagreeing_with_shapes_names_tensor(tmp_path):
         json.dumps({"n_vocab": 260, "n_ctx": 16, "n_embd": 16, "n_head": 2, "n_layer": 3})
     )
     with pytest.raises(CheckpointError, match=r"no tensor model/h2/ln_1/g"):
-        load_dir(d)
+        load(d)
     (d / "hparams.json").write_text(
         json.dumps({"n_vocab": 300, "n_ctx": 16, "n_embd": 16, "n_head": 2, "n_layer": 2})
     )
     with pytest.raises(CheckpointError, match=r"model/wte.*\[260, 16\].*\[300, 16\]"):
-        load_dir(d)
+        load(d)
 
 
 def test_missing_hparams_and_bad_json(tmp_path):
     d = copy(tmp_path, TF_SMALL)
     (d / "hparams.json").write_text("{not json")
     with pytest.raises(CheckpointError, match=r"hparams\.json"):
-        load_dir(d)
+        load(d)
     (d / "hparams.json").unlink()
     with pytest.raises(CheckpointError, match=r"missing .*hparams\.json"):
-        load_dir(d)
+        load(d)
 
 
 @pytest.mark.parametrize("name", ["hparams.json", "config.json"])
@@ -407,16 +410,16 @@ def test_deeply_nested_json_names_the_file(tmp_path, name):
     d = copy(tmp_path, TF_SMALL if name == "hparams.json" else HF_SMALL)
     (d / name).write_text("[" * 100_000)  # json.load's recursion limit, not a ValueError
     with pytest.raises(CheckpointError, match=name):
-        load_dir(d, cache_dir=tmp_path / "c")
+        load(d, cache_dir=tmp_path / "c")
 
 
 def test_checkpoint_file_naming_another_machine(tmp_path):
     d = copy(tmp_path, TF_SMALL)
     (d / "checkpoint").write_text('model_checkpoint_path: "/elsewhere/models/model.ckpt"\n')
-    assert load_dir(d, use_cache=False).hparams.n_layer == 2
+    assert load(d, use_cache=False).hparams.n_layer == 2
     (d / "checkpoint").write_text('model_checkpoint_path: "other.ckpt"\n')
     with pytest.raises(CheckpointError, match=r"other\.ckpt"):
-        load_dir(d)
+        load(d)
 
 
 def test_relative_checkpoint_path_is_relative_to_the_directory(tmp_path, monkeypatch):
@@ -426,13 +429,13 @@ def test_relative_checkpoint_path_is_relative_to_the_directory(tmp_path, monkeyp
     shutil.copytree(TF_SMALL, d / "sub")
     shutil.move(d / "sub" / "hparams.json", d / "hparams.json")
     (d / "checkpoint").write_text('model_checkpoint_path: "sub/model.ckpt"\n')
-    assert_matches_openai(load_dir(d, use_cache=False), npz(TF_SMALL / "expected.npz"))
+    assert_matches_openai(load(d, use_cache=False), npz(TF_SMALL / "expected.npz"))
     decoy = copy(tmp_path, FIXTURES / "tf" / "sharded", "cwd")
     shutil.copytree(decoy, decoy / "sub")  # a sub/model.ckpt.index under the working directory
     shutil.rmtree(d / "sub")
     monkeypatch.chdir(decoy)
     with pytest.raises(CheckpointError, match=r"sub/model\.ckpt"):
-        load_dir(d, use_cache=False)
+        load(d, use_cache=False)
 
 
 def test_truncated_checkpoint_through_load_dir(tmp_path):
@@ -440,31 +443,31 @@ def test_truncated_checkpoint_through_load_dir(tmp_path):
     data = d / "model.ckpt.data-00000-of-00001"
     data.write_bytes(data.read_bytes()[:1000])
     with pytest.raises(CheckpointError, match=r"data-00000-of-00001 is truncated: tensor model/"):
-        load_dir(d)
+        load(d)
 
 
 def test_empty_and_missing_directory(tmp_path):
     with pytest.raises(CheckpointError, match="empty"):
-        load_dir(tmp_path)
+        load(tmp_path)
     with pytest.raises(CheckpointError, match="no such"):
-        load_dir(tmp_path / "absent")
+        load(tmp_path / "absent")
     (tmp_path / "readme.txt").write_text("hi")
     with pytest.raises(CheckpointError, match="neither"):
-        load_dir(tmp_path)
+        load(tmp_path)
 
 
 def test_empty_index_through_load_dir(tmp_path):
     d = copy(tmp_path, TF_SMALL)
     (d / "model.ckpt.index").write_bytes(b"")
     with pytest.raises(CheckpointError, match=r"model\.ckpt\.index"):
-        load_dir(d)
+        load(d)
 
 
 # --- HF's layout ------------------------------------------------------------------------------
 
 
 def test_hf_dir_gives_the_logits_torch_computed():
-    model = load_dir(HF_SMALL)
+    model = load(HF_SMALL)
     ref = npz(HF_SMALL / "logits.npz")
     logits, _ = model.forward(ref["ids"])
     np.testing.assert_allclose(logits, ref["logits"], atol=1e-5, rtol=1e-5)
@@ -474,8 +477,8 @@ def test_hf_dir_gives_the_logits_torch_computed():
 
 
 def test_hf_keys_without_prefix_and_safetensors_file_path(tmp_path):
-    bare = load_dir(FIXTURES / "hf" / "noprefix")
-    by_file = load_dir(HF_SMALL / "model.safetensors")
+    bare = load(FIXTURES / "hf" / "noprefix")
+    by_file = load(HF_SMALL / "model.safetensors")
     for name, a in flatten(bare.params).items():
         np.testing.assert_array_equal(a, flatten(by_file.params)[name], err_msg=name)
 
@@ -484,7 +487,7 @@ def test_hf_sharded_dir_equals_the_single_file(tmp_path):
     """save_pretrained(max_shard_size=...) wrote two shards and an index: the same model."""
     sharded = FIXTURES / "hf" / "sharded"
     assert len(list(sharded.glob("model-*-of-*.safetensors"))) == 2
-    one, two = load_dir(HF_SMALL), load_dir(sharded)
+    one, two = load(HF_SMALL), load(sharded)
     for name, a in flatten(one.params).items():
         np.testing.assert_array_equal(a, flatten(two.params)[name], err_msg=name)
     # A tensor found in two of the files the index names: which one is meant is not ours to
@@ -497,7 +500,7 @@ def test_hf_sharded_dir_equals_the_single_file(tmp_path):
     index["weight_map"][name] = "model-00003-of-00003.safetensors"
     (d / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(CheckpointError, match=r"tensor \S+ is in both .*00001-of-00002.*00003"):
-        load_dir(d)
+        load(d)
 
 
 def hf_copy_with(tmp_path, change):
@@ -514,7 +517,11 @@ def test_hf_tied_lm_head_and_mask_buffers_are_accepted(tmp_path):
         t["transformer.h.0.attn.bias"] = np.tril(np.ones((1, 1, 16, 16), np.float32))
         t["transformer.h.0.attn.masked_bias"] = np.array(-1e4, np.float32)
 
-    load_dir(hf_copy_with(tmp_path, add))
+    with_extras = flatten(load(hf_copy_with(tmp_path, add)).params)
+    plain = flatten(load(HF_SMALL).params)
+    assert list(with_extras) == list(plain)  # the head and the mask buffers are not weights
+    for name, a in plain.items():
+        np.testing.assert_array_equal(with_extras[name], a, err_msg=name)
 
 
 @pytest.mark.parametrize(
@@ -532,7 +539,7 @@ def test_hf_tied_lm_head_and_mask_buffers_are_accepted(tmp_path):
 )
 def test_hf_bad_tensors(tmp_path, change, message):
     with pytest.raises(CheckpointError, match=message):
-        load_dir(hf_copy_with(tmp_path, change))
+        load(hf_copy_with(tmp_path, change))
 
 
 @pytest.mark.parametrize("layout", ["openai", "hf"])
@@ -544,7 +551,7 @@ def test_absurd_n_layer_costs_nothing(tmp_path, layout):
     config = json.loads((d / name).read_text())
     (d / name).write_text(json.dumps({**config, "n_layer": 10**12}))
     with pytest.raises(CheckpointError, match=r"too few for the n_layer=1000000000000"):
-        load_dir(d, cache_dir=tmp_path / "c")
+        load(d, cache_dir=tmp_path / "c")
 
 
 def test_hf_config_problems(tmp_path):
@@ -552,17 +559,17 @@ def test_hf_config_problems(tmp_path):
     config = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**config, "activation_function": "relu"}))
     with pytest.raises(CheckpointError, match="activation_function"):
-        load_dir(d)
+        load(d)
     (d / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "n_embd"}))
     with pytest.raises(CheckpointError, match="n_embd"):
-        load_dir(d)
+        load(d)
     # n_inner is compared with 4 * n_embd: a non-int n_embd must be refused, not multiplied
     (d / "config.json").write_text(json.dumps({**config, "n_embd": {}, "n_inner": {}}))
     with pytest.raises(CheckpointError, match=r"config\.json.*n_embd"):
-        load_dir(d)
+        load(d)
     (d / "config.json").unlink()
     with pytest.raises(CheckpointError, match=r"missing .*config\.json"):
-        load_dir(d)
+        load(d)
 
 
 @pytest.mark.parametrize("name", ["pytorch_model.bin", "model.pt", "weights.pth", "model.ckpt"])
@@ -571,17 +578,27 @@ def test_pickle_files_are_refused(tmp_path, name):
     payload = b"\x80\x04cos\nsystem\n(S'touch pwned'\ntR."
     (tmp_path / name).write_bytes(payload)
     with pytest.raises(CheckpointError, match="never unpickles"):
-        load_dir(tmp_path)
+        load(tmp_path)
     with pytest.raises(CheckpointError, match="never unpickles"):
-        load_dir(tmp_path / name)
+        load(tmp_path / name)
     assert not (tmp_path / "pwned").exists()
+
+
+def test_the_reader_returns_arrays_and_vocabulary_paths_not_a_model(tmp_path):
+    read = load_dir(TF_SMALL, cache_dir=tmp_path / "c")
+    assert type(read) is Checkpoint
+    assert read.hparams == load(TF_SMALL, cache_dir=tmp_path / "c").hparams
+    assert read.vocabulary == (str(TF_SMALL / "encoder.json"), str(TF_SMALL / "vocab.bpe"))
+    assert_matches_openai(read, npz(TF_SMALL / "expected.npz"))
+    hf = load_dir(HF_SMALL)
+    assert hf.vocabulary is None and not (HF_SMALL / "vocab.json").exists()
 
 
 # --- save -------------------------------------------------------------------------------------
 
 
 def test_save_then_load_gives_identical_arrays(tmp_path):
-    model = load_dir(TF_SMALL)
+    model = load(TF_SMALL)
     save(model, tmp_path / "out")
     assert sorted(os.listdir(tmp_path / "out")) == [
         "config.json", "merges.txt", "model.safetensors", "vocab.json"
@@ -596,7 +613,7 @@ def test_save_then_load_gives_identical_arrays(tmp_path):
     assert (config["vocab_size"], config["n_positions"], config["n_embd"]) == (260, 16, 16)
     keys = set(read_safetensors(tmp_path / "out" / "model.safetensors"))
     assert "wte.weight" in keys and "h.0.attn.c_attn.weight" in keys
-    back = load_dir(tmp_path / "out")
+    back = load(tmp_path / "out")
     assert back.hparams == model.hparams
     for name, a in flatten(model.params).items():
         b = flatten(back.params)[name]
@@ -610,7 +627,7 @@ def test_save_of_a_model_whose_vocabulary_file_is_damaged_says_so_and_writes_not
     """The tokenizer is parsed on first use; save() uses it, so a damaged encoder.json found
     only then must fail save() (naming the file), not yield a directory without vocabulary."""
     d = copy(tmp_path, TF_SMALL)
-    model = load_dir(d, cache_dir=tmp_path / "c")
+    model = load(d, cache_dir=tmp_path / "c")
     (d / "encoder.json").write_text("{not json")
     with pytest.raises(CheckpointError, match=r"encoder\.json"):
         save(model, tmp_path / "out")
@@ -623,14 +640,14 @@ def test_save_copies_the_bundled_vocabulary_for_gpt2_sized_models(tmp_path):
     bundled = gpt2np.Tokenizer().files
     assert (tmp_path / "vocab.json").read_bytes() == open(bundled[0], "rb").read()
     assert (tmp_path / "merges.txt").read_bytes() == open(bundled[1], "rb").read()
-    assert load_dir(tmp_path).tokenizer.encode("Hello world") == [15496, 995]
+    assert load(tmp_path).tokenizer.encode("Hello world") == [15496, 995]
 
 
 def test_save_random_model_round_trip(tmp_path):
     hp = gpt2np.HParams(n_vocab=50, n_ctx=8, n_embd=12, n_head=3, n_layer=1)
     model = gpt2np.GPT2(hp, gpt2np.init_params(hp, seed=3))
     save(model, tmp_path)
-    back = load_dir(tmp_path)
+    back = load(tmp_path)
     ids = np.array([[1, 2, 3, 4]])
     np.testing.assert_array_equal(back.forward(ids)[0], model.forward(ids)[0])
 
@@ -639,7 +656,7 @@ def test_save_random_model_round_trip(tmp_path):
 def test_transformers_loads_what_save_wrote(tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    model = load_dir(TF_SMALL)
+    model = load(TF_SMALL)
     save(model, tmp_path)
     hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).eval()
     ids = np.array([[5, 9, 200, 17, 3, 259, 0, 42]])
@@ -663,7 +680,7 @@ def test_damaged_cache_entry_is_rebuilt(tmp_path, request, kind, damage):
     if kind == "copied":
         request.getfixturevalue("no_hard_links")
     cache = tmp_path / "c"
-    load_dir(TF_SMALL, cache_dir=cache)
+    load(TF_SMALL, cache_dir=cache)
     (entry,) = os.listdir(cache)
     if damage == "truncated":
         st = cache / entry / "model.safetensors"
@@ -687,9 +704,9 @@ def test_damaged_cache_entry_is_rebuilt(tmp_path, request, kind, damage):
         (cache / entry / "model.ckpt.data").unlink()
         (cache / entry / "model.ckpt.data").write_bytes(b"\0" * 64)
     with pytest.warns(UserWarning, match="damaged cache entry"):
-        model = load_dir(TF_SMALL, cache_dir=cache)
+        model = load(TF_SMALL, cache_dir=cache)
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
-    again = load_dir(TF_SMALL, cache_dir=cache)  # the rebuilt entry, memory-mapped
+    again = load(TF_SMALL, cache_dir=cache)  # the rebuilt entry, memory-mapped
     assert not again.params["wte"].flags.writeable
 
 
@@ -702,7 +719,7 @@ def test_unwritable_cache_still_loads(tmp_path, monkeypatch, path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     with pytest.warns(UserWarning, match="could not write the conversion cache") as caught:
-        model = load_dir(TF_SMALL, cache_dir=blocker / "cache")
+        model = load(TF_SMALL, cache_dir=blocker / "cache")
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
     assert len(caught) == 1  # one warning, not one per attempt
     assert caught[0].filename == __file__  # attributed to the caller of load_dir
@@ -710,26 +727,26 @@ def test_unwritable_cache_still_loads(tmp_path, monkeypatch, path):
 
 def test_damaged_cache_entry_warning_points_at_the_caller(tmp_path):
     cache = tmp_path / "c"
-    load_dir(TF_SMALL, cache_dir=cache)
+    load(TF_SMALL, cache_dir=cache)
     (entry,) = os.listdir(cache)
     (cache / entry / "tensors.json").write_bytes(b"\0" * 8)
     with pytest.warns(UserWarning, match="damaged cache entry") as caught:
-        load_dir(TF_SMALL, cache_dir=cache)
+        load(TF_SMALL, cache_dir=cache)
     assert [w.filename for w in caught] == [__file__]
 
 
 def test_vocabulary_is_parsed_on_first_use_and_its_errors_name_the_file(tmp_path, monkeypatch):
     shutil.copytree(TF_SMALL, tmp_path / "m")
-    expected = load_dir(TF_SMALL).tokenizer.encode("hello")
+    expected = load(TF_SMALL).tokenizer.encode("hello")
     calls = []
     real = gpt2np.Tokenizer.from_files
     monkeypatch.setattr(gpt2np.Tokenizer, "from_files", lambda *a: calls.append(a) or real(*a))
-    model = load_dir(tmp_path / "m", cache_dir=tmp_path / "c")
+    model = load(tmp_path / "m", cache_dir=tmp_path / "c")
     assert calls == []  # loading the weights did not parse the vocabulary
     assert model.tokenizer.encode("hello") == expected
     assert len(calls) == 1 and model.tokenizer is model.tokenizer
     (tmp_path / "m" / "encoder.json").write_text("{not json")
-    broken = load_dir(tmp_path / "m", cache_dir=tmp_path / "c")
+    broken = load(tmp_path / "m", cache_dir=tmp_path / "c")
     with pytest.raises(CheckpointError, match=r"encoder\.json"):
         _ = broken.tokenizer
 
@@ -743,7 +760,7 @@ def test_half_a_vocabulary_is_an_error_on_first_use_not_the_bundled_one(tmp_path
     else:  # HF's names for the same two files; the fixture has neither, give it one
         d = copy(tmp_path, HF_SMALL)
         shutil.copy(TF_SMALL / "encoder.json", d / "vocab.json")
-    model = load_dir(d, cache_dir=tmp_path / "c")  # the weights load
+    model = load(d, cache_dir=tmp_path / "c")  # the weights load
     assert model.forward([[1, 2]])[0].shape[-1] == model.hparams.n_vocab
     with pytest.raises(CheckpointError, match=rf"{gone} is missing: a vocabulary needs both"):
         _ = model.tokenizer
@@ -760,7 +777,7 @@ def test_corrupt_data_found_by_the_byte_copy_names_tensor_and_file_and_caches_no
     blob[entry.offset + entry.size // 2] ^= 0x40
     data.write_bytes(bytes(blob))
     with pytest.raises(CheckpointError, match=rf"tensor {name} in .*data-00000-of-00001"):
-        load_dir(d, cache_dir=tmp_path / "c")
+        load(d, cache_dir=tmp_path / "c")
     assert os.listdir(tmp_path / "c") == []
 
 
@@ -775,7 +792,7 @@ def test_byte_copy_checks_tensors_in_pieces_and_finds_a_flip_in_a_later_piece(
 
     real = cache_module._tensor_crcs
     monkeypatch.setattr(cache_module, "_tensor_crcs", lambda *a: real(*a, piece=1000))
-    model = load_dir(TF_SMALL, cache_dir=tmp_path / "c1")
+    model = load(TF_SMALL, cache_dir=tmp_path / "c1")
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
     d = copy(tmp_path, TF_SMALL)
     _, entries = read_tf_index(str(d / "model.ckpt"))
@@ -786,7 +803,7 @@ def test_byte_copy_checks_tensors_in_pieces_and_finds_a_flip_in_a_later_piece(
     blob[entry.offset + entry.size - 1] ^= 0x01
     data.write_bytes(bytes(blob))
     with pytest.raises(CheckpointError, match=rf"tensor {name} in "):
-        load_dir(d, cache_dir=tmp_path / "c2")
+        load(d, cache_dir=tmp_path / "c2")
 
 
 def bitwise_masked_crc32c(data: bytes) -> int:
@@ -812,4 +829,4 @@ def test_index_claiming_billions_of_shards_costs_nothing(tmp_path):
     ).to_bytes(4, "little")
     (d / "model.ckpt.index").write_bytes(bytes(index))
     with pytest.raises(CheckpointError, match=r"missing data file .*of-2147483647"):
-        load_dir(d, cache_dir=tmp_path / "c")
+        load(d, cache_dir=tmp_path / "c")

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np import cli
-from gpt2np.checkpoint import save
+from gpt2np import cli, save
 from gpt2np.generation import generate
 from gpt2np.scoring import score
 

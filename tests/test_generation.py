@@ -7,7 +7,6 @@ from __future__ import annotations
 import codecs
 import os
 import pathlib
-import sys
 import types
 
 import numpy as np
@@ -123,26 +122,21 @@ def test_seeded_batch_rows_equal_each_prompt_alone(tiny_model):
     ]
 
 
-# -- cost: one prefill, then one position per row into one preallocated buffer ----------------
+# -- the cached decode loop equals the model run afresh on the whole sequence each step --------
 
 
-def test_decode_writes_one_preallocated_cache_in_place(tiny_model, monkeypatch):
-    calls = []
-    real = GPT2.forward_cached
-
-    def spy(self, ids, cache, last_only=False):
-        calls.append((np.shape(ids), cache, cache.kv, cache.length, last_only))
-        return real(self, ids, cache, last_only)
-
-    monkeypatch.setattr(GPT2, "forward_cached", spy)
-    generate([[1, 2, 3, 4], [5, 6]], tiny_model, max_new_tokens=8, temperature=0)
-    assert [c[0] for c in calls] == [(2, 4)] + [(2, 1)] * 7  # last sampled id is not fed
-    assert all(c[4] for c in calls)  # only the last position's logits
-    cache, kv = calls[0][1], calls[0][2]
-    assert all(c[1] is cache and c[2] is kv for c in calls)
-    assert np.shares_memory(cache.kv, kv) and kv.shape[-2] == 4 + 8 - 1
-    assert [c[3] for c in calls] == [0, *range(4, 11)] and cache.length == 11
-    np.testing.assert_array_equal(cache.pad, [0, 2])
+def test_decode_loop_equals_a_fresh_forward_pass_per_token(tiny_model):
+    """What the KV cache must not change: each new token is the argmax of a full, uncached
+    forward pass over the row's prompt and everything generated so far (rows of a ragged batch
+    alike, whatever their padding)."""
+    prompts = [[1, 2, 3, 4], [5, 6]]
+    got = generate(prompts, tiny_model, max_new_tokens=8, temperature=0)
+    for prompt, new in zip(prompts, got):
+        seq = list(prompt)
+        for _ in range(8):
+            logits, _ = tiny_model.forward(seq)  # [T, V], no cache at all
+            seq.append(int(np.argmax(logits[-1])))
+        assert new == seq[len(prompt) :]
 
 
 # -- <|endoftext|>, stop strings, streaming ----------------------------------------------------
@@ -316,8 +310,8 @@ def test_convenience_loads_once_per_model_and_dtype(tiny_model, monkeypatch):
         loads.append((name, dtype))
         return tiny_model if dtype is None else tiny_model.astype(dtype)
 
-    monkeypatch.setitem(sys.modules, "gpt2np.api", types.SimpleNamespace(load=load))
-    monkeypatch.setattr("gpt2np.generation._models", {})
+    monkeypatch.setattr("gpt2np.api.load", load)
+    monkeypatch.setattr("gpt2np.api._models", {})
     a = gpt2np.generate([1, 2], model="tiny", max_new_tokens=3, temperature=0)
     b = gpt2np.generate([1, 2], model="tiny", max_new_tokens=3, temperature=0)
     gpt2np.generate([1, 2], model="tiny", max_new_tokens=3, temperature=0, dtype=np.float64)
@@ -336,8 +330,8 @@ def test_convenience_loads_a_directory_once_however_it_is_spelled(
         loads.append(name)
         return tiny_model
 
-    monkeypatch.setitem(sys.modules, "gpt2np.api", types.SimpleNamespace(load=load))
-    monkeypatch.setattr("gpt2np.generation._models", {})
+    monkeypatch.setattr("gpt2np.api.load", load)
+    monkeypatch.setattr("gpt2np.api._models", {})
     (tmp_path / "m").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "m")
     monkeypatch.chdir(tmp_path)
@@ -388,8 +382,8 @@ def test_bad_arguments_are_refused_before_a_named_model_is_loaded(tiny_model, mo
     # gpt2np.generate("hi", max_new_tokens=-1) used to download/load 124M first, then refuse.
     loads = []
     load = lambda name, dtype=None: loads.append(name) or tiny_model  # noqa: E731
-    monkeypatch.setitem(sys.modules, "gpt2np.api", types.SimpleNamespace(load=load))
-    monkeypatch.setattr("gpt2np.generation._models", {})
+    monkeypatch.setattr("gpt2np.api.load", load)
+    monkeypatch.setattr("gpt2np.api._models", {})
     for kw in (dict(max_new_tokens=-1), dict(top_p=2.0), dict(stop=""), dict(seed=-1)):
         with pytest.raises(ValueError):
             gpt2np.generate([1, 2], model="124M", **kw)

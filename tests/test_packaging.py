@@ -49,13 +49,25 @@ def test_runtime_dependencies_are_the_four() -> None:
     assert names == ["numpy", "regex", "requests", "tqdm"]
 
 
-def test_public_api() -> None:
-    for name in gpt2np.__all__:
-        assert hasattr(gpt2np, name), name
+#: The public contract of the design document (shared/DESIGN.md): names users and ports rely on.
+CONTRACT = {
+    "GPT2", "HParams", "KVCache", "Tokenizer", "CheckpointError", "DownloadError", "load",
+    "generate", "download", "save", "forward", "compare", "dump", "Score", "Trace",
+}  # fmt: skip
+
+
+def test_public_api_keeps_the_contract_and_documents_it() -> None:
+    assert CONTRACT <= set(gpt2np.__all__), CONTRACT - set(gpt2np.__all__)
+    code = "from gpt2np import *; print(sorted(n for n in dir() if not n.startswith('__')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    exported = set(eval(out.stdout))  # what a star import really brings
+    assert exported == set(gpt2np.__all__) - {"__version__"}
+    for name in sorted(exported):
+        obj = getattr(gpt2np, name)
+        if callable(obj):  # every public function and class says what it does
+            assert (obj.__doc__ or "").strip(), f"gpt2np.{name} has no docstring"
     assert issubclass(gpt2np.CheckpointError, ValueError)
     assert issubclass(gpt2np.DownloadError, OSError)
-    for name in ("load", "generate", "download", "save", "Tokenizer", "GPT2", "HParams"):
-        assert name in gpt2np.__all__
 
 
 def _ruff() -> str | None:

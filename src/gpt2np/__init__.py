@@ -4,21 +4,22 @@
 >>> gpt2np.generate("Alan Turing theorized", max_new_tokens=20, temperature=0)
 
 The forward pass reads like the paper: ``layers`` (layernorm, gelu, softmax, linear),
-``attention``, ``block``, ``model``. See README.md and docs/ for the whole tour.
+``attention``, ``block``, ``model`` (:func:`forward`). docs/architecture.md shows how the
+modules are layered; README.md and docs/ give the whole tour.
 """
 
 from __future__ import annotations
 
 from ._version import __version__
-from .api import load
-from .checkpoint import save
+from .api import generate, load, save
 from .diff import CompareReport, compare
 from .download import download
 from .errors import CheckpointError, DownloadError
-from .generation import generate
 from .golden import dump
+from .gpt2 import GPT2
 from .hparams import HPARAMS, MODEL_NAMES, HParams
-from .model import GPT2, KVCache, forward
+from .kvcache import KVCache
+from .model import forward
 from .params import init_params
 from .scoring import Score
 from .tokenizer import Tokenizer

@@ -24,6 +24,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
+from .cli_common import load_model, parse_ids
+
 __all__ = ["build_parser", "main"]
 
 EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
@@ -170,7 +172,7 @@ def _add_generate(sub: Any) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    model = _load(args.model, args.dtype)
+    model = load_model(args.model, args.dtype)
     pieces = model.generate(
         args.prompt,
         max_new_tokens=args.max_new_tokens,
@@ -212,7 +214,7 @@ def _add_score(sub: Any) -> None:
 
 def run_score(args: argparse.Namespace) -> int:
     text = _read_utf8(args.file)
-    model = _load(args.model, args.dtype)
+    model = load_model(args.model, args.dtype)
     from .scoring import score
 
     result = score(
@@ -282,23 +284,6 @@ def run_detokenize(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_ids(text: str, what: str, example: str) -> list[int]:
-    """'15496 995' or '15496,995' -> [15496, 995]; ValueError naming ``what`` (the flag or
-    argument) and the part that is not an integer, or giving ``example`` when there is none."""
-    parts = text.replace(",", " ").split()
-    if not parts:
-        raise ValueError(f"no {what} given; e.g. {example}")
-    ids = []
-    for part in parts:
-        try:  # not str.isdigit: it accepts "²", which int() refuses with a bare message
-            ids.append(int(part))
-        except ValueError:
-            raise ValueError(
-                f"{what} must be integers separated by spaces or commas, got {part!r}"
-            ) from None
-    return ids
-
-
 # -- download / convert / info -----------------------------------------------------------------
 
 
@@ -331,9 +316,9 @@ def _add_convert(sub: Any) -> None:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from .checkpoint import save
+    from .api import save
 
-    model = _load(args.src, args.dtype)
+    model = load_model(args.src, args.dtype)
     save(model, args.dst)
     print(f"wrote {os.path.join(args.dst, 'config.json')} and model.safetensors ({model!r})")
     return 0
@@ -357,7 +342,7 @@ def run_info(args: argparse.Namespace) -> int:
 
     path = pathlib.Path(args.model).expanduser()
     if path.exists():
-        model = _load(args.model, None)
+        model = load_model(args.model, None)
         hparams, dtype, where = model.hparams, str(model.dtype), str(path.resolve())
     else:
         name = resolve_name(args.model)  # ValueError naming the known names
@@ -373,12 +358,6 @@ def run_info(args: argparse.Namespace) -> int:
     print(f"parameters  {hparams.n_params:,}")
     print(f"dtype       {dtype}")
     return 0
-
-
-def _load(name_or_dir: str, dtype: Optional[str]) -> Any:
-    from .api import load
-
-    return load(name_or_dir, dtype=dtype)
 
 
 def _debug() -> bool:

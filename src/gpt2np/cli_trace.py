@@ -14,7 +14,7 @@ import argparse
 import math
 from typing import Any
 
-from .cli import parse_ids
+from .cli_common import load_model, parse_ids
 from .diff import DEFAULT_ATOL, DEFAULT_RTOL, compare
 from .golden import dump
 
@@ -71,7 +71,7 @@ def run_dump(args: argparse.Namespace) -> int:
     ids_or_text: Any = args.prompt
     if args.ids is not None:
         ids_or_text = parse_ids(args.ids, "--ids", "--ids 464,3290")
-    model = _load_model(args.model)
+    model = load_model(args.model)  # as stored: the manifest hashes the weights as stored
     manifest = dump(
         model, ids_or_text, args.out, dtype=args.dtype, names=args.names, model_name=args.model
     )
@@ -92,11 +92,3 @@ def run_compare(args: argparse.Namespace) -> int:
     report = compare(args.golden, args.port, rtol=args.rtol, atol=args.atol, strict=args.strict)
     print(report)
     return 0 if report.ok else 1
-
-
-def _load_model(name_or_path: str) -> Any:
-    """gpt2np.load in the weights' own dtype: the manifest's hash is of the weights as stored,
-    and dump casts to --dtype afterwards."""
-    from .api import load  # imported here: only dump needs a model
-
-    return load(name_or_path)

@@ -7,7 +7,11 @@ missing, truncated or corrupt raises :class:`CheckpointError`; a network failure
 
 from __future__ import annotations
 
-__all__ = ["CheckpointError", "DownloadError"]
+import os
+import sys
+import warnings
+
+__all__ = ["CheckpointError", "DownloadError", "warn"]
 
 
 class CheckpointError(ValueError):
@@ -19,3 +23,15 @@ class CheckpointError(ValueError):
 
 class DownloadError(OSError):
     """Fetching a model failed; the message names the URL and the file."""
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` attributed to the first caller outside gpt2np (the user's line), however
+    deep inside the package the warning arises."""
+    level, frame = 2, sys._getframe(1)  # stacklevel 2: the function that called warn()
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        level, frame = level + 1, frame.f_back
+    warnings.warn(message, category, stacklevel=level)

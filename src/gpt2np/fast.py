@@ -1,5 +1,7 @@
 """Faster kernels that compute what the clear ones compute, kept apart so the clear ones stay
-readable. Each is tested equal to its clear twin (tests/test_fast.py).
+readable. Each is tested equal to its clear twin (tests/test_fast.py). :class:`Kernels` bundles
+them: ``FAST`` holds these three, ``CLEAR`` their clear twins; generation's cached path
+(:func:`gpt2np.kvcache.forward_cached`) runs either.
 
 :func:`attend_blocked` is :func:`gpt2np.attention.attend` for a causal mask, done one block of
 queries at a time: a block of queries ``i0 … i1-1`` only needs keys ``0 … T_past + i1 - 1``, so
@@ -18,13 +20,15 @@ runs at about twice the speed of the single [N, D] · [D, V] product when N is 2
 from __future__ import annotations
 
 import math
+from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .attention import masked_score
-from .layers import SQRT_2_OVER_PI
+from .attention import attend, masked_score
+from .layers import SQRT_2_OVER_PI, gelu
+from .model import head
 
-__all__ = ["attend_blocked", "gelu_inplace", "head_few_rows"]
+__all__ = ["CLEAR", "FAST", "Kernels", "attend_blocked", "gelu_inplace", "head_few_rows"]
 
 #: Queries per block: [B, H, 128, S] float32 scores are 6 MB at S = 1024 for one sequence.
 BLOCK = 128
@@ -122,3 +126,20 @@ def head_few_rows(h: np.ndarray, wte: np.ndarray, vocab_slice: int = VOCAB_SLICE
             np.matmul(wte[v0 : v0 + vocab_slice], rows.T, out=by_word[v0 : v0 + vocab_slice])
         logits = np.ascontiguousarray(by_word.T)  # [N, V]
     return logits.reshape(*h.shape[:-1], V)
+
+
+class Kernels(NamedTuple):
+    """The functions a cached forward pass does its heavy work with (attention's core, the
+    MLP's activation, the head), so that one composition runs the clear ones or the fast ones.
+
+    attend(q, k, v, mask) -> [B, H, T, Dh]; act(u) -> gelu(u) (may overwrite u, which the
+    caller owns); head(h, wte) -> logits.
+    """
+
+    attend: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+    act: Callable[[np.ndarray], np.ndarray]
+    head: Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+CLEAR = Kernels(attend, gelu, head)
+FAST = Kernels(attend_blocked, gelu_inplace, head_few_rows)

@@ -21,29 +21,25 @@ so cached keys cannot be reused): about ``n_ctx`` times the cost of a cached ste
 from __future__ import annotations
 
 import numbers
-import os
-import threading
 from collections.abc import Iterator, Sequence
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
-from .model import GPT2
 from .sampling import check_sampling_args, sample
 
-__all__ = ["CONTEXT_MODES", "generate"]
+if TYPE_CHECKING:
+    from .gpt2 import GPT2
+
+__all__ = ["CONTEXT_MODES", "check_args", "generate"]
 
 #: Values of ``context=``: "error" refuses to exceed n_ctx, "slide" keeps the last n_ctx tokens.
 CONTEXT_MODES = ("error", "slide")
-_EOT_50257 = 50256  # GPT-2's <|endoftext|>, when the model has no tokenizer of its own yet
-
-_models: dict[tuple[str, Optional[str]], GPT2] = {}
-_models_lock = threading.Lock()
 
 
 def generate(
     prompt: Union[str, Sequence[str], Sequence[int], np.ndarray, Sequence[Sequence[int]]],
-    model: Union[str, os.PathLike, GPT2] = "124M",
+    model: GPT2,
     *,
     max_new_tokens: int = 50,
     temperature: float = 1.0,
@@ -53,7 +49,6 @@ def generate(
     stop: Union[str, Sequence[str], None] = None,
     stream: bool = False,
     context: str = "error",
-    dtype: Any = None,
 ) -> Any:
     """Continue ``prompt`` with up to ``max_new_tokens`` tokens.
 
@@ -61,8 +56,7 @@ def generate(
         the special token); token ids, a list or 1-D array of ints (returns the list of new
         ids); a list of ``str`` or of id lists (a batch, returns one result per prompt; the
         prompts may differ in length).
-    model: a :class:`GPT2`, or a name ("124M") or directory given to ``gpt2np.load``, loaded
-        once per process and ``dtype`` and reused.
+    model: a :class:`gpt2np.GPT2` (``gpt2np.generate`` also takes a name or a directory).
     temperature: 0 is greedy (argmax); otherwise logits / temperature before sampling.
     top_k, top_p: OpenAI's top-k and nucleus filters (see :mod:`gpt2np.sampling`); 0 and 1.0
         are off. seed: an int makes the result identical run to run; every row of a batch uses
@@ -77,6 +71,47 @@ def generate(
     context: "error" (ValueError when prompt + max_new_tokens > n_ctx) or "slide" (keep the
         last n_ctx tokens; see the module docstring for the cost).
     """
+    is_text, is_batch, prompts, stops = check_args(
+        prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+        top_p=top_p, seed=seed, stop=stop, stream=stream, context=context,
+    )  # fmt: skip
+    rows = [_encode(model, p) if is_text else _check_row(model, p) for p in prompts]
+    longest = max(len(r) for r in rows)
+    if context == "error" and longest + max_new_tokens > model.hparams.n_ctx:
+        raise ValueError(
+            f"prompt of {longest} tokens + max_new_tokens={max_new_tokens} exceeds the model's "
+            f"context n_ctx={model.hparams.n_ctx}; shorten them or pass context='slide' "
+            "(--context slide on the command line)"
+        )
+    eot = model.eot_token
+    states = [_TextRow(model.tokenizer, stops, eot) if is_text else _IdRow(eot) for _ in rows]
+    rngs = _row_generators(seed, len(rows))
+    steps = _steps(model, rows, states, max_new_tokens, (temperature, top_k, top_p), rngs)
+    if stream:
+        return _stream(steps, is_batch)
+    for _ in steps:
+        pass
+    results = [s.result() for s in states]
+    return results if is_batch else results[0]
+
+
+def check_args(
+    prompt: Any,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    seed: Any,
+    stop: Any,
+    stream: bool,
+    context: str,
+) -> tuple[bool, bool, list[Any], tuple[str, ...]]:
+    """Every check of :func:`generate`'s arguments that needs no model (so that
+    ``gpt2np.generate`` can make them before loading one).
+
+    -> (is_text, is_batch, prompts, stop strings), or ValueError/TypeError naming the argument.
+    """
     _check_int("max_new_tokens", max_new_tokens)
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
@@ -85,26 +120,7 @@ def generate(
     if context not in CONTEXT_MODES:
         raise ValueError(f"context must be one of {CONTEXT_MODES}, got {context!r}")
     is_text, is_batch, prompts = _split_prompt(prompt)
-    stops = _check_stop(stop, is_text)
-    gpt2 = _resolve_model(model, dtype)  # after the checks: a named model may be downloaded
-    rows = [_encode(gpt2, p) if is_text else _check_row(gpt2, p) for p in prompts]
-    longest = max(len(r) for r in rows)
-    if context == "error" and longest + max_new_tokens > gpt2.hparams.n_ctx:
-        raise ValueError(
-            f"prompt of {longest} tokens + max_new_tokens={max_new_tokens} exceeds the model's "
-            f"context n_ctx={gpt2.hparams.n_ctx}; shorten them or pass context='slide' "
-            "(--context slide on the command line)"
-        )
-    eot = _eot_id(gpt2)
-    states = [_TextRow(gpt2.tokenizer, stops, eot) if is_text else _IdRow(eot) for _ in rows]
-    rngs = _row_generators(seed, len(rows))
-    steps = _steps(gpt2, rows, states, max_new_tokens, (temperature, top_k, top_p), rngs)
-    if stream:
-        return _stream(steps, is_batch)
-    for _ in steps:
-        pass
-    results = [s.result() for s in states]
-    return results if is_batch else results[0]
+    return is_text, is_batch, prompts, _check_stop(stop, is_text)
 
 
 def _steps(
@@ -312,13 +328,6 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _eot_id(model: GPT2) -> Optional[int]:
-    """<|endoftext|> of the model's tokenizer; GPT-2's 50256 for its vocabulary; else None."""
-    if getattr(model, "_tokenizer", None) is not None:  # given (or a factory): use it
-        return getattr(model.tokenizer, "eot_token", None)
-    return _EOT_50257 if model.hparams.n_vocab == 50257 else None
-
-
 def _row_generators(seed: Any, batch: int) -> list[np.random.Generator]:
     """One Generator per row: the same seed for each (so a row equals its prompt alone); a
     Generator passed in is shared; None gives every row fresh OS entropy."""
@@ -334,22 +343,3 @@ def _check_seed(seed: Any) -> None:
         raise TypeError(f"seed must be an int, a numpy Generator or None, got {seed!r}")
     if seed < 0:
         raise ValueError(f"seed must be >= 0, got {seed}")
-
-
-def _resolve_model(model: Any, dtype: Any) -> GPT2:
-    """A GPT2 as given (cast to dtype if asked), or a name/directory loaded once per process."""
-    if isinstance(model, GPT2):
-        return model if dtype is None or np.dtype(dtype) == model.dtype else model.astype(dtype)
-    if not isinstance(model, (str, os.PathLike)):
-        raise TypeError(f"model must be a GPT2, a name or a directory, got {type(model).__name__}")
-    where = os.path.expanduser(os.fspath(model))
-    # one entry per directory however it is spelled ("m", "./m", a symlink), as load() would
-    # read the same files; a name that is no existing path stays the name
-    where = os.path.realpath(where) if os.path.exists(where) else os.fspath(model)
-    key = (where, None if dtype is None else np.dtype(dtype).name)
-    with _models_lock:
-        if key not in _models:
-            from .api import load  # the loader (download, convert, cache) is only needed here
-
-            _models[key] = load(model, dtype=dtype)
-        return _models[key]

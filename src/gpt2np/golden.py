@@ -15,16 +15,18 @@ import os
 import pathlib
 import tempfile
 import zipfile
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
 from ._version import __version__
 from .errors import CheckpointError
 from .hparams import HParams
-from .model import GPT2
 from .params import Params, expected_shapes, flatten
 from .trace import Names, trace
+
+if TYPE_CHECKING:
+    from .gpt2 import GPT2
 
 __all__ = ["FORMAT", "MANIFEST_KEY", "GoldenFile", "dump", "weights_sha256"]
 

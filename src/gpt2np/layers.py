@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-__all__ = ["gelu", "layernorm", "linear", "softmax"]
+__all__ = ["RECORD_NOTHING", "Recorder", "gelu", "layernorm", "linear", "softmax"]
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -55,3 +55,25 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     y = x.reshape(-1, x.shape[-1]) @ w
     y += b  # in place: no second [N, n_out] array
     return y.reshape(*x.shape[:-1], w.shape[-1])
+
+
+class Recorder:
+    """How the forward pass names its intermediates: ``record(name, x)`` returns ``x`` unchanged.
+
+    Every function of the clear forward pass takes a ``record`` and hands it each intermediate
+    under its name (``record("probs", probs)``), and ``record.scope("attn")`` prefixes the names
+    of a sub-computation (``h3.attn.probs``). This one records nothing;
+    :func:`gpt2np.trace.trace` passes one that keeps the arrays, so the names in the code, in a
+    trace and in a golden file are the same names, and running and tracing are one composition.
+    """
+
+    def __call__(self, name: str, x: np.ndarray) -> np.ndarray:
+        return x
+
+    def scope(self, name: str) -> Recorder:
+        """The recorder for the sub-computation ``name``: here, this same do-nothing one."""
+        return self
+
+
+#: The default ``record`` of every function of the forward pass.
+RECORD_NOTHING = Recorder()

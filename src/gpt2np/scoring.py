@@ -20,12 +20,13 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from collections.abc import Iterator, Sequence
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Optional, Union
 
 import numpy as np
 from tqdm import tqdm
 
-from .model import GPT2
+if TYPE_CHECKING:
+    from .gpt2 import GPT2
 
 __all__ = ["Score", "score"]
 

@@ -1,11 +1,10 @@
 """Every intermediate of GPT-2's forward pass, under a stable name: the teaching view.
 
-:func:`trace` runs the same forward pass as :func:`gpt2np.model.forward`, re-composed step by step
-from the same public building blocks (``layers.layernorm/gelu/linear``,
-``attention.split_heads/merge_heads/causal_mask/append_past/attention_scores/masked_softmax``,
-``model.positions_for/embed/head``) in the same order as the clear reference path
-(``attention.attend``, not the blocked kernel in ``fast.py``), and records each intermediate.
-The plain forward pass is untouched and pays nothing for it.
+:func:`trace` runs :func:`gpt2np.model.forward` itself, the clear reference path, with a
+:class:`gpt2np.layers.Recorder` that keeps what the functions of the forward pass name as they
+compute it (``record("probs", ...)`` in :func:`gpt2np.attention.attend`, scoped ``h3.attn.``).
+There is no second copy of the maths to drift from the first; a plain forward pass records
+nothing and pays one function call per intermediate for it.
 
 Names follow the checkpoint (``h{i}``, ``ln_1``, ``attn``, ``c_attn``, ``c_proj``, ``mlp``,
 ``c_fc``, ``ln_f``) and the paper. In forward order, with B batch, T new tokens, T_past cached
@@ -41,21 +40,16 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
-from .attention import (
-    append_past,
-    attention_scores,
-    causal_mask,
-    masked_softmax,
-    merge_heads,
-    split_heads,
-)
 from .hparams import HParams
-from .layers import gelu, layernorm, linear
-from .model import GPT2, embed, head, positions_for
+from .layers import Recorder
+from .model import forward
+
+if TYPE_CHECKING:
+    from .gpt2 import GPT2
 
 __all__ = ["Trace", "tensor_names", "tensor_shapes", "trace"]
 
@@ -163,89 +157,30 @@ def trace(model: GPT2, ids: Any, past: Optional[np.ndarray] = None, names: Names
     glob or a list of globs (``fnmatch``, e.g. ``"h11.*"``, ``"*.attn.probs"``, ``"logits"``)
     to keep only the matching tensors and save memory; a glob that matches no name is an error.
 
-    This is the clear path whatever ``model.fast`` says: its logits and present equal those of
-    ``GPT2(..., fast=False).forward`` bit for bit (the same NumPy operations run in the same
-    order on the same arrays), and the default fast attention kernel's to float rounding.
+    This is the clear path whatever ``model.fast`` says: its logits and present are those of
+    :func:`gpt2np.forward` (and of ``GPT2(..., fast=False).forward``) bit for bit, and the
+    default fast kernels' to float rounding.
     """
-    ids, past = model._check_forward_args(ids, past)
+    ids, past = model.check_forward_args(ids, past)
+    record = _Keep(_select(names, model.hparams.n_layer), {})
+    logits, present = forward(model.params, model.hparams, ids, past, record)
     T_past = 0 if past is None else past.shape[-2]
-    hp = model.hparams
-    record = _Recorder(_select(names, hp.n_layer))
-    p = model.params
-
-    positions = positions_for(T_past, ids.shape[1])  # [T]
-    record("embed.tokens", p["wte"][ids])  # [B, T, D]
-    record("embed.positions", np.broadcast_to(p["wpe"][positions], (*ids.shape, hp.n_embd)))
-    x = record("embed.sum", embed(p["wte"], p["wpe"], ids, positions))  # [B, T, D]
-
-    presents = []
-    for i, block_params in enumerate(p["blocks"]):
-        past_i = None if past is None else past[:, i]  # [B, 2, H, T_past, Dh]
-        x, present = _block(record, f"h{i}.", x, block_params, hp.n_head, past_i)
-        presents.append(present)
-
-    h = record("ln_f", layernorm(x, **p["ln_f"]))  # [B, T, D]
-    logits = record("logits", head(h, p["wte"]))  # [B, T, V]
-    return Trace(record.tensors, logits, np.stack(presents, axis=1), ids, T_past)
+    return Trace(record.tensors, logits, present, ids, T_past)
 
 
-def _block(
-    record: _Recorder,
-    prefix: str,
-    x: np.ndarray,
-    params: dict[str, Any],
-    n_head: int,
-    past: Optional[np.ndarray],
-) -> tuple[np.ndarray, np.ndarray]:
-    """block.block, step by step: x + attn(ln_1(x)), then + mlp(ln_2(x)).  [B, T, D] -> [B, T, D]"""
-    a = record(prefix + "ln_1", layernorm(x, **params["ln_1"]))
-    a, present = _attention(record, prefix + "attn.", a, **params["attn"], n_head=n_head, past=past)
-    x = record(prefix + "resid_mid", x + a)  # [B, T, D]
-    m = record(prefix + "ln_2", layernorm(x, **params["ln_2"]))
-    m = record(prefix + "mlp.c_fc", linear(m, **params["mlp"]["c_fc"]))  # [B, T, 4D]
-    m = record(prefix + "mlp.gelu", gelu(m))
-    m = record(prefix + "mlp.c_proj", linear(m, **params["mlp"]["c_proj"]))  # [B, T, D]
-    return record(prefix + "out", x + m), present
+class _Keep(Recorder):
+    """A recorder that keeps the tensors whose full names were selected, in forward order."""
 
+    def __init__(self, keep: set[str], tensors: dict[str, np.ndarray], prefix: str = "") -> None:
+        self.keep, self.tensors, self.prefix = keep, tensors, prefix
 
-def _attention(
-    record: _Recorder,
-    prefix: str,
-    x: np.ndarray,
-    c_attn: dict[str, np.ndarray],
-    c_proj: dict[str, np.ndarray],
-    n_head: int,
-    past: Optional[np.ndarray],
-) -> tuple[np.ndarray, np.ndarray]:
-    """attention.attention and attention.attend, step by step.
-    x [B, T, D], past [B, 2, H, T_past, Dh] or None -> (out [B, T, D], present [B, 2, H, T, Dh])"""
-    qkv = record(prefix + "qkv", linear(x, **c_attn))  # [B, T, 3D]
-    q, k, v = (split_heads(a, n_head) for a in np.split(qkv, 3, axis=-1))  # 3 x [B, H, T, Dh]
-    record(prefix + "q", q)
-    record(prefix + "k", k)
-    record(prefix + "v", v)
-    present = np.stack([k, v], axis=1)  # [B, 2, H, T, Dh]
-    T_past = 0 if past is None else past.shape[-2]
-    k, v = append_past(k, v, past)  # [B, H, S, Dh]
+    def __call__(self, name: str, x: np.ndarray) -> np.ndarray:
+        if self.prefix + name in self.keep:
+            self.tensors[self.prefix + name] = x
+        return x
 
-    scores = record(prefix + "scores", attention_scores(q, k))  # [B, H, T, S]
-    mask = causal_mask(q.shape[-2], T_past)  # [T, S]
-    probs = record(prefix + "probs", masked_softmax(scores, mask))  # [B, H, T, S]
-    merged = record(prefix + "merged", merge_heads(probs @ v))  # [B, H, T, Dh] -> [B, T, D]
-    return record(prefix + "c_proj", linear(merged, **c_proj)), present
-
-
-class _Recorder:
-    """Keeps the tensors whose names were selected; returns every value unchanged."""
-
-    def __init__(self, keep: set[str]) -> None:
-        self.keep = keep
-        self.tensors: dict[str, np.ndarray] = {}
-
-    def __call__(self, name: str, value: np.ndarray) -> np.ndarray:
-        if name in self.keep:
-            self.tensors[name] = value
-        return value
+    def scope(self, name: str) -> _Keep:
+        return _Keep(self.keep, self.tensors, f"{self.prefix}{name}.")
 
 
 def _select(names: Names, n_layer: int) -> set[str]:

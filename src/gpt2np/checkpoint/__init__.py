@@ -3,23 +3,26 @@
 * :func:`read_tf_checkpoint` — every tensor of a TF tensor bundle (SSTable index, protobuf
   entries, CRC-32C verified), with only the standard library and NumPy.
 * :func:`read_safetensors` / :func:`write_safetensors` — the safetensors format.
-* :func:`load_dir` — an OpenAI release directory or an HF directory to a :class:`~gpt2np.GPT2`
-  (TF checkpoints are converted once into a memory-mapped cache).
-* :func:`save` — a model to HF's ``config.json`` + ``model.safetensors``.
+* :func:`load_dir` — an OpenAI release directory or an HF directory to a :class:`Checkpoint`:
+  hparams, params and the vocabulary files (TF checkpoints are verified once into a
+  memory-mapped cache). :func:`gpt2np.load` makes a model of it.
+* :func:`save_dir` — hparams + params to HF's ``config.json`` + ``model.safetensors``
+  (:func:`gpt2np.save` saves a model).
 """
 
 from __future__ import annotations
 
 from .crc32c import crc32c
-from .loader import load_dir, save
+from .loader import Checkpoint, load_dir, save_dir
 from .safetensors import read_safetensors, write_safetensors
 from .tf_bundle import read_tf_checkpoint
 
 __all__ = [
+    "Checkpoint",
     "crc32c",
     "load_dir",
     "read_safetensors",
     "read_tf_checkpoint",
-    "save",
+    "save_dir",
     "write_safetensors",
 ]

@@ -1,4 +1,8 @@
-"""``load_dir`` and ``save``: from files on disk to a :class:`~gpt2np.GPT2` and back.
+"""``load_dir`` and ``save_dir``: from files on disk to hparams + params and back.
+
+A reader builds no model and touches no network: :func:`load_dir` returns a :class:`Checkpoint`
+(hyperparameters, the parameter tree, the vocabulary files' paths) and :func:`gpt2np.load` makes
+a :class:`~gpt2np.GPT2` of it.
 
 Accepted inputs:
 
@@ -14,26 +18,24 @@ a pickle runs arbitrary code, and a downloaded checkpoint must never be able to 
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import json
 import os
 import re
 import shutil
-import warnings
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, warn
 from ..hparams import HParams
-from ..model import GPT2
-from ..params import flatten, unflatten
+from ..params import Params, flatten, unflatten
 from . import cache
 from .convert import flat_from_hf, flat_from_openai, hf_config, hf_from_flat, hparams_from_hf_config
 from .safetensors import read_safetensors, write_safetensors
 from .tf_bundle import data_path, read_tf_checkpoint, read_tf_index
 
-__all__ = ["load_dir", "save"]
+__all__ = ["Checkpoint", "load_dir", "save_dir"]
 
 _PICKLE_NAMES = re.compile(r".*\.(bin|pt|pth|pkl|pickle|ckpt)$")
 
@@ -55,40 +57,36 @@ def _read_json(path: str) -> Any:
         raise CheckpointError(f"cannot read {path}: {e}") from None
 
 
-def _tokenizer(directory: str, encoder: str, merges: str) -> Any:
-    """A factory of Tokenizer.from_files on the directory's own vocabulary files (GPT2 calls it
-    on first use of model.tokenizer: parsing 1.5 MB of vocabulary would double the time of a
-    warm load), or None without them. With only one of the two, the factory raises: GPT-2's
-    bundled vocabulary would tokenize silently wrong if the directory's own differs."""
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """What :func:`load_dir` read: the shapes, the weights, and where the vocabulary is.
+
+    hparams: the five numbers; params: the nested parameter tree (memory-mapped where the files
+    allow it); vocabulary: the (encoder, merges) paths when the directory has either of its
+    vocabulary files (``encoder.json`` + ``vocab.bpe``, or HF's ``vocab.json`` + ``merges.txt``;
+    one of the two may be missing, which the tokenizer reports on first use), else None.
+    """
+
+    hparams: HParams
+    params: Params
+    vocabulary: Optional[tuple[str, str]] = None
+
+
+def _vocabulary(directory: str, encoder: str, merges: str) -> Optional[tuple[str, str]]:
     enc, bpe = os.path.join(directory, encoder), os.path.join(directory, merges)
-    have = [os.path.isfile(enc), os.path.isfile(bpe)]
-    if not any(have):
-        return None
-    if not all(have):
-        found, missing = (enc, bpe) if have[0] else (bpe, enc)
-        return functools.partial(_half_vocabulary, found, missing)
-    from ..tokenizer import Tokenizer
-
-    return functools.partial(Tokenizer.from_files, enc, bpe)
-
-
-def _half_vocabulary(found: str, missing: str) -> Any:
-    raise CheckpointError(
-        f"{found} is there but {missing} is missing: a vocabulary needs both (weights and "
-        "token ids still work)"
-    )
+    return (enc, bpe) if os.path.isfile(enc) or os.path.isfile(bpe) else None
 
 
 def load_dir(
     path: str | os.PathLike[str],
-    dtype: np.dtype | type | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     use_cache: bool = True,
-) -> GPT2:
-    """Load a GPT-2 from an OpenAI release directory, an HF directory, or a .safetensors file.
+) -> Checkpoint:
+    """Read GPT-2 from an OpenAI release directory, an HF directory, or a .safetensors file.
 
-    ``dtype`` casts the weights (default: as stored). A TF checkpoint is verified and recorded
-    in ``cache_dir`` (default ``$GPT2NP_HOME/cache``) on first load unless ``use_cache=False``:
+    The weights come as stored (float32 for OpenAI's releases). A TF checkpoint is verified and
+    recorded in ``cache_dir`` (default ``$GPT2NP_HOME/cache``) on first load unless
+    ``use_cache=False``:
     OpenAI's layout by a hard link to its data file, anything else converted to safetensors
     (see :mod:`gpt2np.checkpoint.cache`); later loads memory-map the entry.
     Raises :class:`~gpt2np.CheckpointError` naming the file (and tensor) for bad input.
@@ -97,16 +95,16 @@ def load_dir(
     if cache_dir is not None:
         cache_dir = os.path.expanduser(os.fspath(cache_dir))
     if os.path.isfile(path):
-        return _load_file(path, dtype, cache_dir, use_cache)
+        return _load_file(path, cache_dir, use_cache)
     if not os.path.isdir(path):
         raise CheckpointError(f"no such checkpoint directory or file: {path}")
     names = set(os.listdir(path))
     if not names:
         raise CheckpointError(f"checkpoint directory {path} is empty")
     if "checkpoint" in names or any(n.endswith(".index") for n in names):
-        return _load_tf(path, dtype, cache_dir, use_cache)
+        return _load_tf(path, cache_dir, use_cache)
     if "model.safetensors" in names or "model.safetensors.index.json" in names:
-        return _load_hf(path, dtype)
+        return _load_hf(path)
     pickles = sorted(n for n in names if _PICKLE_NAMES.match(n))
     if pickles:
         raise _refuse_pickle(os.path.join(path, pickles[0]))
@@ -116,12 +114,12 @@ def load_dir(
     )
 
 
-def _load_file(path: str, dtype: Any, cache_dir: Any, use_cache: bool) -> GPT2:
+def _load_file(path: str, cache_dir: Any, use_cache: bool) -> Checkpoint:
     if path.endswith(".safetensors"):
-        return _load_hf(os.path.dirname(path) or ".", dtype, files=[path])
+        return _load_hf(os.path.dirname(path) or ".", files=[path])
     if path.endswith(".index"):
         prefix = path[: -len(".index")]
-        return _load_tf_prefix(os.path.dirname(path) or ".", prefix, dtype, cache_dir, use_cache)
+        return _load_tf_prefix(os.path.dirname(path) or ".", prefix, cache_dir, use_cache)
     if _PICKLE_NAMES.match(os.path.basename(path)):
         raise _refuse_pickle(path)
     raise CheckpointError(f"{path}: not a checkpoint gpt2np reads (.safetensors or TF .index)")
@@ -155,17 +153,14 @@ def find_prefix(directory: str) -> str:
     return os.path.join(directory, indexes[0][: -len(".index")])
 
 
-def _load_tf(directory: str, dtype: Any, cache_dir: Any, use_cache: bool) -> GPT2:
-    # the same call depth as _load_file's: the warnings' stacklevel counts these frames
-    return _load_tf_prefix(directory, find_prefix(directory), dtype, cache_dir, use_cache)
+def _load_tf(directory: str, cache_dir: Any, use_cache: bool) -> Checkpoint:
+    return _load_tf_prefix(directory, find_prefix(directory), cache_dir, use_cache)
 
 
-def _load_tf_prefix(
-    directory: str, prefix: str, dtype: Any, cache_dir: Any, use_cache: bool
-) -> GPT2:
+def _load_tf_prefix(directory: str, prefix: str, cache_dir: Any, use_cache: bool) -> Checkpoint:
     hparams_path = os.path.join(directory, "hparams.json")
     hparams = _hparams(hparams_path)
-    tokenizer = _tokenizer(directory, "encoder.json", "vocab.bpe")
+    vocabulary = _vocabulary(directory, "encoder.json", "vocab.bpe")
     write_cache = use_cache
     if use_cache:
         header, _ = read_tf_index(prefix)
@@ -179,25 +174,25 @@ def _load_tf_prefix(
         meta = {"format": "pt", "source": os.path.abspath(prefix), "gpt2np_key": key}
         flat = _read_cache_entry(root, key, hparams)
         if flat is not None:
-            return GPT2(hparams, unflatten(flat, hparams), tokenizer, dtype=dtype)
+            return Checkpoint(hparams, unflatten(flat, hparams), vocabulary)
         layout = cache.byte_copy_layout(prefix, hparams)
         if layout is not None:  # OpenAI's own layout: link (or copy) the bytes, verify them
             try:
                 cache.write_entry_from_layout(root, key, prefix, layout, hf_config(hparams), meta)
             except OSError as e:  # a read-only or full cache: the general path reads it
-                warnings.warn(f"could not write the conversion cache in {root}: {e}", stacklevel=4)
+                warn(f"could not write the conversion cache in {root}: {e}")
                 write_cache = False  # and writing it again would fail alike: warn once
             else:
                 flat = _read_cache_entry(root, key, hparams)
                 if flat is not None:
-                    return GPT2(hparams, unflatten(flat, hparams), tokenizer, dtype=dtype)
+                    return Checkpoint(hparams, unflatten(flat, hparams), vocabulary)
     flat = flat_from_openai(read_tf_checkpoint(prefix), hparams, f"checkpoint {prefix}")
     if write_cache:
         try:
             cache.write_entry(root, key, hf_from_flat(flat), hf_config(hparams), meta)
         except OSError as e:  # a read-only or full cache must not stop the load
-            warnings.warn(f"could not write the conversion cache in {root}: {e}", stacklevel=4)
-    return GPT2(hparams, unflatten(flat, hparams), tokenizer, dtype=dtype)
+            warn(f"could not write the conversion cache in {root}: {e}")
+    return Checkpoint(hparams, unflatten(flat, hparams), vocabulary)
 
 
 def _read_cache_entry(root: str, key: str, hparams: HParams) -> dict[str, np.ndarray] | None:
@@ -214,7 +209,7 @@ def _read_cache_entry(root: str, key: str, hparams: HParams) -> dict[str, np.nda
             return cache.read_linked_entry(hit, hparams)
         return _read_hf_flat(os.path.join(hit, "model.safetensors"), hparams)
     except CheckpointError as e:
-        warnings.warn(f"discarding a damaged cache entry: {e}", stacklevel=5)
+        warn(f"discarding a damaged cache entry: {e}")
         shutil.rmtree(hit, ignore_errors=True)
         return None
 
@@ -263,46 +258,40 @@ def _read_hf_flat(files: str | list[str], hparams: HParams) -> dict[str, np.ndar
     )
 
 
-def _load_hf(directory: str, dtype: Any, files: list[str] | None = None) -> GPT2:
+def _load_hf(directory: str, files: list[str] | None = None) -> Checkpoint:
     config_path = os.path.join(directory, "config.json")
     hparams = hparams_from_hf_config(_read_json(config_path), config_path)
     flat = _read_hf_flat(files or _hf_files(directory), hparams)
-    tokenizer = _tokenizer(directory, "vocab.json", "merges.txt")
-    return GPT2(hparams, unflatten(flat, hparams), tokenizer, dtype=dtype)
+    vocabulary = _vocabulary(directory, "vocab.json", "merges.txt")
+    return Checkpoint(hparams, unflatten(flat, hparams), vocabulary)
 
 
-def save(model: GPT2, out_dir: str | os.PathLike[str]) -> None:
-    """Write ``model`` as HF's GPT2LMHeadModel layout: config.json + model.safetensors.
+def save_dir(
+    out_dir: str | os.PathLike[str],
+    hparams: HParams,
+    params: Params,
+    vocabulary: Optional[tuple[str, str]] = None,
+) -> None:
+    """Write HF's GPT2LMHeadModel layout: config.json + model.safetensors (+ vocab.json and
+    merges.txt copied from ``vocabulary``, the (encoder, merges) paths, when given).
 
     The output loads with ``transformers.GPT2LMHeadModel.from_pretrained(out_dir)`` and with
     :func:`load_dir` (giving identical arrays). Each file is written to a temporary name and
     renamed when complete.
     """
-    vocabulary = _vocabulary_files(model)  # first: damaged vocabulary files fail before a write
     out_dir = os.fspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
-    tensors = hf_from_flat(flatten(model.params))
+    tensors = hf_from_flat(flatten(params))
     write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors, {"format": "pt"})
-    config = hf_config(model.hparams)
-    config["torch_dtype"] = str(model.dtype)
+    config = hf_config(hparams)
+    config["torch_dtype"] = str(params["wte"].dtype)
     tmp = os.path.join(out_dir, f".config.json.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2)
     os.replace(tmp, os.path.join(out_dir, "config.json"))
     # the vocabulary as HF's vocab.json + merges.txt (the same formats as OpenAI's encoder.json
     # + vocab.bpe), so that the directory is complete for HF and for load_dir
-    for src, name in zip(vocabulary, ("vocab.json", "merges.txt")):
+    for src, name in zip(vocabulary or (), ("vocab.json", "merges.txt")):
         tmp = os.path.join(out_dir, f".{name}.{os.getpid()}.tmp")
         shutil.copyfile(src, tmp)
         os.replace(tmp, os.path.join(out_dir, name))
-
-
-def _vocabulary_files(model: GPT2) -> tuple[str, ...]:
-    """The files of the model's tokenizer (encoder, merges), or () if it has none to copy."""
-    try:
-        tokenizer = model.tokenizer  # a loaded model parses its vocabulary files here
-    except CheckpointError:  # those files are damaged: say so rather than save without them
-        raise
-    except ValueError:  # a vocabulary other than GPT-2's, and no tokenizer given
-        return ()
-    return tuple(getattr(tokenizer, "files", None) or ())

@@ -1,0 +1,201 @@
+"""The :class:`GPT2` facade: weights, hyperparameters and a tokenizer, with checked methods.
+
+The maths underneath (:func:`gpt2np.forward`, :mod:`gpt2np.kvcache`) trusts its arguments; this
+class checks them (:mod:`gpt2np.checks`) and picks the path: the fast kernels by default, the
+clear reference functions with ``fast=False``. Generation, scoring and tracing are functions of
+their own modules that take a model; the methods here are shortcuts to them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+
+from . import checks
+from .fast import CLEAR, FAST
+from .generation import generate
+from .hparams import HParams
+from .kvcache import KVCache, forward_cached, forward_via_cache
+from .model import forward
+from .params import Params, cast_params, check_params, flatten
+from .scoring import Score, score
+from .tokenizer import Tokenizer
+from .trace import Names, Trace, trace
+
+__all__ = ["GPT2"]
+
+#: GPT-2's <|endoftext|>, for a model with GPT-2's vocabulary and no tokenizer loaded yet.
+EOT_50257 = 50256
+
+
+class GPT2:
+    """A GPT-2 model: hyperparameters, parameters and (optionally) a tokenizer.
+
+    ``fast=True`` (the default) runs :data:`gpt2np.fast.FAST`: attention with
+    :func:`gpt2np.fast.attend_blocked` (skips the masked half of long prompts), the MLP's gelu
+    with :func:`gpt2np.fast.gelu_inplace` and a small batch's head with
+    :func:`gpt2np.fast.head_few_rows`, each equal to its clear twin to float rounding, through
+    :func:`gpt2np.kvcache.forward_via_cache`. ``fast=False`` runs :func:`gpt2np.forward`, the
+    clear reference path, and the clear kernels for cached generation.
+
+    >>> model = GPT2(hparams, params)
+    >>> logits, present = model.forward([[464, 3290]])   # [1, 2, V], [1, L, 2, H, 2, Dh]
+    """
+
+    def __init__(
+        self,
+        hparams: HParams,
+        params: Params,
+        tokenizer: Any = None,
+        dtype: Any = None,
+        fast: bool = True,
+    ) -> None:
+        if not isinstance(hparams, HParams):
+            raise TypeError(f"hparams must be an HParams, got {type(hparams).__name__}")
+        check_params(params, hparams)
+        if dtype is not None:
+            if not np.issubdtype(np.dtype(dtype), np.floating):  # int weights would be garbage
+                raise TypeError(f"dtype must be a float type such as float64, got {dtype!r}")
+            params = cast_params(params, dtype)
+        dtypes = {a.dtype for a in flatten(params).values()}
+        if len(dtypes) != 1:
+            raise TypeError(f"params mix dtypes {sorted(map(str, dtypes))}; pass dtype= to cast")
+        self.hparams = hparams
+        self.params = params
+        self._tokenizer = tokenizer
+        self.fast = fast
+        self.kernels = FAST if fast else CLEAR
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The floating dtype the weights and every computation use."""
+        return self.params["wte"].dtype
+
+    @property
+    def tokenizer(self) -> Any:
+        """The tokenizer given at construction, else GPT-2's bundled one (loaded on first use).
+
+        A zero-argument callable given as ``tokenizer`` (a function, or a class such as
+        :class:`gpt2np.Tokenizer`) is called on first use: loaders pass one, so that loading the
+        weights does not wait for the vocabulary to be parsed.
+        """
+        factory = isinstance(self._tokenizer, type)  # a class such as Tokenizer: has .encode
+        if factory or (callable(self._tokenizer) and not hasattr(self._tokenizer, "encode")):
+            self._tokenizer = self._tokenizer()
+        if self._tokenizer is None:
+            if self.hparams.n_vocab != 50257:
+                raise ValueError(
+                    f"this model has n_vocab={self.hparams.n_vocab}, not GPT-2's 50257; "
+                    "pass tokenizer= to GPT2() to use text"
+                )
+            self._tokenizer = Tokenizer()
+        return self._tokenizer
+
+    @property
+    def eot_token(self) -> Optional[int]:
+        """The id that ends a text (``<|endoftext|>``): the tokenizer's when one was given or
+        loaded, GPT-2's 50256 for its 50257-token vocabulary, else None (nothing ends early)."""
+        if self._tokenizer is not None:
+            return getattr(self.tokenizer, "eot_token", None)
+        return EOT_50257 if self.hparams.n_vocab == 50257 else None
+
+    def astype(self, dtype: Any) -> GPT2:
+        """The same model with every weight cast to ``dtype`` (e.g. np.float64)."""
+        return GPT2(self.hparams, self.params, self._tokenizer, dtype=dtype, fast=self.fast)
+
+    # -- the forward pass, checked -----------------------------------------------------------
+
+    def forward(self, ids: Any, past: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
+        """Logits of every position, and the new tokens' keys and values.
+
+        ids: integers [B, T], or [T] for one sequence. past: an earlier ``present`` (or several
+        concatenated on axis -2) [B, L, 2, H, T_past, Dh], or None.
+        Returns logits [B, T, V] ([T, V] for 1-D ids) and present [B, L, 2, H, T, Dh].
+        """
+        ids2, past = self.check_forward_args(ids, past)
+        if self.fast:
+            logits, present = forward_via_cache(self.params, self.hparams, ids2, past, FAST)
+        else:
+            logits, present = forward(self.params, self.hparams, ids2, past)
+        return (logits[0] if np.ndim(ids) == 1 else logits), present
+
+    def check_forward_args(self, ids: Any, past: Any) -> tuple[np.ndarray, Optional[np.ndarray]]:
+        """Every check of :meth:`forward`: ids as int64 [B, T], past as an array of this model's
+        shapes and dtype (or None), and that together they fit in n_ctx."""
+        ids2 = self.check_ids(ids)
+        past = checks.check_past(past, self.hparams, ids2.shape[0], self.dtype)
+        checks.check_fits(0 if past is None else past.shape[-2], ids2.shape[1], self.hparams.n_ctx)
+        return ids2, past
+
+    def check_ids(self, ids: Any) -> np.ndarray:
+        """Token ids as an int64 array [B, T], or a ValueError/TypeError saying what is wrong."""
+        return checks.check_ids(ids, self.hparams.n_vocab)
+
+    def check_past(self, past: Any, batch: int) -> Optional[np.ndarray]:
+        """``past`` as an array [B, L, 2, H, T_past, Dh] of this model's dtype, or a
+        ValueError/TypeError naming the axis that does not fit."""
+        return checks.check_past(past, self.hparams, batch, self.dtype)
+
+    def new_cache(self, batch: int = 1, max_len: Optional[int] = None, pad: Any = None) -> KVCache:
+        """An empty :class:`KVCache` of this model's shapes and dtype for ``batch`` rows of up to
+        ``max_len`` positions (default n_ctx); ``pad`` [batch] counts each row's left padding."""
+        batch, max_len, pad = checks.check_cache_args(self.hparams, batch, max_len, pad)
+        return KVCache(self.hparams, batch, max_len, self.dtype, pad)
+
+    def forward_cached(self, ids: Any, cache: KVCache, last_only: bool = False) -> np.ndarray:
+        """Forward the next tokens ``ids`` [B, T] through a preallocated :class:`KVCache`,
+        writing their keys and values in place. Returns logits [B, T, V] ([B, 1, V] with
+        ``last_only``)."""
+        if not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache (model.new_cache()), got {type(cache)}")
+        ids2 = self.check_ids(ids)
+        checks.check_cache(cache, self.hparams, self.dtype, ids2.shape[0], ids2.shape[1])
+        return forward_cached(self.params, self.hparams, ids2, cache, last_only, self.kernels)
+
+    # -- uses of the model: shortcuts to their modules ----------------------------------------
+
+    def generate(
+        self,
+        prompt: Any,
+        max_new_tokens: int = 50,
+        *,
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: Any = None,
+        stop: Any = None,
+        stream: bool = False,
+        context: str = "error",
+    ) -> Any:
+        """Continue ``prompt``: a str gives a str, token ids give the list of new ids, a list of
+        prompts gives a list. ``temperature=0`` is greedy; ``top_k``/``top_p`` filter (0 and 1.0
+        are off); ``seed`` (int) makes sampling reproducible; ``stop`` str(s) end a row and are
+        cut; ``stream=True`` yields pieces; ``context="slide"`` keeps the last n_ctx tokens
+        instead of raising. See :func:`gpt2np.generation.generate`."""
+        return generate(
+            prompt, self, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+            top_p=top_p, seed=seed, stop=stop, stream=stream, context=context,
+        )  # fmt: skip
+
+    def score(
+        self, text_or_ids: Any, stride: Optional[int] = None, max_len: Optional[int] = None
+    ) -> Score:
+        """Per-token log-probabilities (natural log), NLL and perplexity of a text or 1-D ids,
+        with a strided sliding window of ``max_len`` (default n_ctx) tokens moving by ``stride``
+        (default max_len // 2) for long inputs. Returns a :class:`gpt2np.Score` (ids,
+        token_logprobs, context_len, nll, perplexity, n_tokens); the first token is not scored."""
+        return score(self, text_or_ids, stride=stride, max_len=max_len)
+
+    def trace(self, ids: Any, past: Optional[np.ndarray] = None, names: Names = None) -> Trace:
+        """Every intermediate of the forward pass by name (docs/tracing.md): a
+        :class:`gpt2np.trace.Trace` mapping name -> ndarray in forward order, with
+        ``.logits`` [B, T, V] and ``.present``. ``names``: glob(s) keeping only some."""
+        return trace(self, ids, past=past, names=names)
+
+    def __repr__(self) -> str:
+        h = self.hparams
+        return (
+            f"GPT2(n_layer={h.n_layer}, n_embd={h.n_embd}, n_head={h.n_head}, "
+            f"n_vocab={h.n_vocab}, n_ctx={h.n_ctx}, dtype={self.dtype})"
+        )

@@ -1,0 +1,122 @@
+"""The in-place cache path equals the clear forward pass it stands beside, and its cache behaves.
+
+The clear path (gpt2np.forward) concatenates the past and returns the new keys and values; the
+cached path (gpt2np.kvcache) writes them into one preallocated buffer. Every test here compares
+the two, or the cache's bookkeeping against what a row alone would give.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gpt2np
+from gpt2np.fast import CLEAR, FAST
+from gpt2np.kvcache import KVCache, forward_cached, forward_via_cache
+from gpt2np.model import forward
+
+#: float32, logits of order 1: chunking a pass changes the products' shapes and so their
+#: rounding (about 1e-6 here), even with the clear kernels.
+TOL = 2e-5
+HP = gpt2np.HParams(n_vocab=97, n_ctx=32, n_embd=24, n_head=3, n_layer=2)
+PARAMS = gpt2np.init_params(HP, seed=1, std=0.2)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return HP, PARAMS
+
+
+@pytest.mark.parametrize("kernels", [CLEAR, FAST], ids=["CLEAR", "FAST"])
+@settings(max_examples=20, deadline=None)
+@given(
+    chunks=st.lists(st.integers(1, 6), min_size=1, max_size=5),
+    batch=st.integers(1, 3),
+    seed=st.integers(0, 2**16),
+)
+def test_chunked_cached_pass_equals_one_clear_pass(kernels, chunks, batch, seed) -> None:
+    """Any split of a sequence into chunks fed through the cache gives the clear pass's logits,
+    and the cache ends up holding the clear pass's keys and values."""
+    hp, params = HP, PARAMS
+    T = sum(chunks)
+    ids = np.random.default_rng(seed).integers(0, hp.n_vocab, (batch, T))
+    logits, present = forward(params, hp, ids)
+    cache = KVCache(hp, batch, max_len=T + 2)
+    buffer, start, got = cache.kv, 0, []
+    for n in chunks:
+        got.append(forward_cached(params, hp, ids[:, start : start + n], cache, kernels=kernels))
+        start += n
+    np.testing.assert_allclose(np.concatenate(got, axis=1), logits, rtol=TOL, atol=TOL)
+    assert cache.kv is buffer and cache.length == T  # written in place, never reallocated
+    np.testing.assert_allclose(cache.present(), present, rtol=TOL, atol=TOL)
+    assert not cache.kv[..., T:, :].any()  # nothing written past the filled part
+
+
+@pytest.mark.parametrize("kernels", [CLEAR, FAST], ids=["CLEAR", "FAST"])
+@pytest.mark.parametrize("T_past", [0, 5])
+def test_forward_via_cache_equals_forward(tiny, kernels, T_past) -> None:
+    hp, params = tiny
+    ids = np.random.default_rng(T_past).integers(0, hp.n_vocab, (2, 9))
+    past = None
+    if T_past:
+        _, past = forward(params, hp, np.random.default_rng(7).integers(0, hp.n_vocab, (2, T_past)))
+    expected = forward(params, hp, ids, past)
+    got = forward_via_cache(params, hp, ids, past, kernels)
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        np.testing.assert_allclose(g, e, rtol=TOL, atol=TOL)
+    if past is not None:  # present must not keep the buffer (and its copy of the past) alive
+        assert got[1].base is None or got[1].base.size == got[1].size
+
+
+def test_last_only_is_the_last_position_of_the_full_head(tiny) -> None:
+    hp, params = tiny
+    ids = np.random.default_rng(3).integers(0, hp.n_vocab, (2, 7))
+    full = forward_cached(params, hp, ids, KVCache(hp, 2, 7))
+    last = forward_cached(params, hp, ids, KVCache(hp, 2, 7), last_only=True)
+    assert last.shape == (2, 1, hp.n_vocab)
+    np.testing.assert_allclose(last[:, 0], full[:, -1], rtol=TOL, atol=TOL)
+
+
+def test_left_padding_gives_each_row_what_it_gives_alone(tiny) -> None:
+    hp, params = tiny
+    rows = [[5, 17, 3, 80, 2, 9], [44, 1]]
+    ids = np.array([rows[0], [0, 0, 0, 0, *rows[1]]])
+    cache = KVCache(hp, 2, max_len=8, pad=[0, 4])
+    first = forward_cached(params, hp, ids, cache, kernels=CLEAR)
+    step = forward_cached(params, hp, np.array([[7], [7]]), cache, kernels=CLEAR)
+    for b, row in enumerate(rows):
+        alone, _ = forward(params, hp, np.array([[*row, 7]]))
+        np.testing.assert_allclose(first[b, -len(row) :], alone[0, :-1], rtol=TOL, atol=TOL)
+        np.testing.assert_allclose(step[b, 0], alone[0, -1], rtol=TOL, atol=TOL)
+
+
+@pytest.mark.parametrize("rows", [[1, 0], [0, 0, 1], [1], [1, 1, 0, 0]])
+def test_reorder_makes_each_row_continue_the_row_it_copies(tiny, rows) -> None:
+    """After reorder(rows), new row i continues old row rows[i]: the next step's logits are
+    those of that row's sequence run alone, padding and all (beam search, n samples)."""
+    hp, params = tiny
+    seqs = [[3, 1, 4, 1, 5], [9, 2]]
+    ids = np.array([seqs[0], [0, 0, 0, *seqs[1]]])
+    cache = KVCache(hp, 2, max_len=10, pad=[0, 3])
+    forward_cached(params, hp, ids, cache)
+    cache.reorder(rows)
+    assert cache.batch == len(rows) and cache.length == 5
+    nxt = np.arange(len(rows))[:, None] + 10  # a different next token per new row
+    got = forward_cached(params, hp, nxt, cache)[:, 0]
+    for i, old in enumerate(rows):
+        alone, _ = forward(params, hp, np.array([[*seqs[old], int(nxt[i, 0])]]))
+        np.testing.assert_allclose(got[i], alone[0, -1], rtol=TOL, atol=TOL)
+
+
+def test_reorder_of_unpadded_rows_drops_the_mask_and_repr_says_what_the_cache_holds(tiny) -> None:
+    hp, _ = tiny
+    cache = KVCache(hp, 2, max_len=6, pad=[0, 2])
+    assert "pad=[0, 2]" in repr(cache)
+    cache.reorder([0, 0, 0])
+    assert cache.key_mask is None and cache.pad.tolist() == [0, 0, 0]
+    assert repr(cache) == (
+        "KVCache(batch=3, length=0, max_len=6, n_layer=2, n_head=3, d_head=8, dtype=float32)"
+    )

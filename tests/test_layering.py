@@ -1,0 +1,207 @@
+"""The import contract of docs/architecture.md: imports flow one way, down the layers.
+
+Every module of ``src/gpt2np`` is read with ``ast`` (nothing is imported) and each of its
+imports, module-level or inside a function, is resolved to a gpt2np module or a top-level
+package. Imports under ``if TYPE_CHECKING:`` are for type checkers only and do not count.
+"""
+
+from __future__ import annotations
+
+import ast
+import fnmatch
+import pathlib
+import sys
+
+import pytest
+
+SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "gpt2np"
+
+#: Bottom to top. A module may import from its own layer and from the layers its entry allows.
+LAYERS: dict[str, tuple[str, ...]] = {
+    "foundation": ("_version", "errors", "hparams", "params", "paths"),
+    "maths": ("layers", "attention", "block", "model", "fast", "kvcache"),
+    "tokenizer": ("bpe", "tokenizer"),
+    "files": ("checkpoint", "checkpoint.*", "download", "hub", "hub.*"),
+    "uses": ("sampling", "generation", "beam", "logits_processors", "scoring", "trace", "golden",
+             "diff", "diff.*", "golden.*"),
+    "facade": ("__init__", "api", "gpt2", "checks"),
+    "cli": ("cli", "cli_*", "__main__"),
+}  # fmt: skip
+MAY_IMPORT: dict[str, set[str]] = {
+    "foundation": {"foundation"},
+    "maths": {"foundation", "maths"},
+    "tokenizer": {"foundation", "tokenizer"},
+    "files": {"foundation", "tokenizer", "files"},
+    "uses": {"foundation", "maths", "tokenizer", "uses"},
+    "facade": {"foundation", "maths", "tokenizer", "files", "uses", "facade"},
+    "cli": {"foundation", "maths", "tokenizer", "files", "uses", "facade", "cli"},
+}
+RUNTIME_DEPENDENCIES = {"numpy", "regex", "requests", "tqdm"}
+#: Beyond the layers: what a module of a layer must never import at all.
+FORBIDDEN: dict[str, set[str]] = {
+    "maths": {"regex", "requests", "tqdm"},  # the forward pass needs NumPy and nothing else
+    "checkpoint.*": {"gpt2np.download", "gpt2np.hub", "requests"},  # a reader is offline
+}
+
+
+def module_name(path: pathlib.Path) -> str:
+    """src/gpt2np/checkpoint/cache.py -> 'checkpoint.cache'; a package's __init__ -> its name."""
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(SRC.rglob("*.py"))}
+
+
+def layer_of(module: str) -> str:
+    matches = [
+        layer
+        for layer, patterns in LAYERS.items()
+        if any(fnmatch.fnmatchcase(module, p) for p in patterns)
+    ]
+    assert len(matches) == 1, f"gpt2np.{module} must belong to exactly one layer, got {matches}"
+    return matches[0]
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def imports_of(module: str) -> list[tuple[str, int]]:
+    """(target, line) for every runtime import of ``module``: 'gpt2np.x.y' for the package's own
+    modules (the most specific module that exists), else the top-level name ('numpy')."""
+    path = MODULES[module]
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    if module == "__init__":
+        package = []
+    targets: list[tuple[str, int]] = []
+    for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                targets.append(
+                    (_own(alias.name.split(".")) or alias.name.split(".")[0], node.lineno)
+                )
+            continue
+        if node.level:  # relative: from . import x, from ..errors import y
+            base = package[: len(package) - node.level + 1] if node.level > 1 else package
+            dotted = ["gpt2np", *base, *(node.module.split(".") if node.module else [])]
+        else:
+            dotted = node.module.split(".")
+        for alias in node.names:  # 'from . import cache' names a module; 'from .x import f' not
+            target = _own([*dotted, alias.name]) or _own(dotted) or dotted[0]
+            targets.append((target, node.lineno))
+    return targets
+
+
+def _own(dotted: list[str]) -> str | None:
+    """'gpt2np.a.b' if gpt2np.a.b is one of the package's modules, else None."""
+    if not dotted or dotted[0] != "gpt2np":
+        return None
+    name = ".".join(dotted[1:]) or "__init__"
+    return "gpt2np." + name if name in MODULES else None
+
+
+def test_every_module_has_a_layer() -> None:
+    for module in MODULES:
+        layer_of(module)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_flow_down_the_layers(module: str) -> None:
+    assert not violations(module), "\n".join(violations(module))
+
+
+def violations(module: str) -> list[str]:
+    """Every import of ``module`` that breaks the contract, as a readable line."""
+    layer = layer_of(module)
+    found = []
+    for target, line in imports_of(module):
+        where = f"src/gpt2np/{MODULES[module].relative_to(SRC)}:{line}"
+        if target.startswith("gpt2np."):
+            other = layer_of(target[len("gpt2np.") :])
+            if other not in MAY_IMPORT[layer]:
+                found.append(
+                    f"{where}: gpt2np.{module} ({layer}) imports {target} ({other}); the "
+                    f"{layer} layer may import only {sorted(MAY_IMPORT[layer])}"
+                )
+        else:
+            stdlib = getattr(sys, "stdlib_module_names", None)  # Python 3.10+
+            known = target in RUNTIME_DEPENDENCIES or target == "gpt2np"
+            if stdlib is not None and not known and target not in stdlib:
+                found.append(
+                    f"{where}: imports {target}, neither the standard library nor one of the "
+                    f"runtime dependencies {sorted(RUNTIME_DEPENDENCIES)}"
+                )
+        for pattern, banned in FORBIDDEN.items():
+            if fnmatch.fnmatchcase(module, pattern) or pattern == layer:
+                hit = {b for b in banned if target == b or target.startswith(b + ".")}
+                if hit:
+                    found.append(f"{where}: gpt2np.{module} must not import {sorted(hit)}")
+    return found
+
+
+def test_the_cli_modules_do_not_import_each_other_both_ways() -> None:
+    graph = _graph()
+    cli = ["gpt2np." + m for m in MODULES if layer_of(m) == "cli"]
+    both = [(a, b) for a in cli for b in graph[a] if a in graph.get(b, set()) and a < b]
+    assert not both, f"these CLI modules import each other: {both}"
+
+
+def _graph() -> dict[str, set[str]]:
+    return {
+        "gpt2np." + m: {t for t, _ in imports_of(m) if t.startswith("gpt2np.")} for m in MODULES
+    }
+
+
+def test_no_import_cycles() -> None:
+    graph = _graph()
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if nxt.rsplit(".", 1)[0] == node:  # a package importing its own submodule
+                continue
+            if state.get(nxt) == 1:
+                cycle = path[path.index(nxt) :] if nxt in path else path
+                pytest.fail("import cycle: " + " -> ".join([*cycle, nxt]))
+            if nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+
+
+def test_the_contract_reads_imports_correctly() -> None:
+    """The resolver itself, on imports whose targets are known, and a violation it must see."""
+    targets = {t for t, _ in imports_of("checkpoint.tf_bundle")}
+    assert {"gpt2np.errors", "gpt2np.checkpoint.crc32c", "numpy"} <= targets
+    assert layer_of("checkpoint.cache") == "files" and layer_of("__main__") == "cli"
+    assert layer_of("__init__") == "facade"
+    source = "from .gpt2 import GPT2\nif TYPE_CHECKING:\n    from .api import load\n"
+    nodes = _runtime_imports(ast.parse(source))
+    assert [n.module for n in nodes] == ["gpt2"]  # the TYPE_CHECKING import does not count
