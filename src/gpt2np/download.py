@@ -181,12 +181,14 @@ def check_complete(directory: Union[str, os.PathLike]) -> pathlib.Path:
     message = f"{directory} is not a complete GPT-2 release: it {what} {', '.join(missing)}."
     if directory.name in _hparams.MODEL_NAMES:
         name, parent = directory.name, directory.parent
-        call = f"gpt2np.download({name!r}, models_dir={str(parent)!r})"
-        if parent.expanduser().absolute() == (home_dir() / "models").absolute():
-            call = f"gpt2np.download({name!r})"
+        call, command = f"gpt2np.download({name!r}", f"gpt2np download {name}"
+        if parent.expanduser().absolute() != (home_dir() / "models").absolute():
+            call, command = (
+                f"{call}, models_dir={str(parent)!r}",
+                f"{command} --models-dir {parent}",
+            )
         message += (
-            f" {call} (or `gpt2np download {name}`) fetches what is missing, keeping the files "
-            f"that verify"
+            f" {call}) (or `{command}`) fetches what is missing, keeping the files that verify"
         )
         if staging_dir(directory).is_dir():
             message += f" and resuming the interrupted download in {staging_dir(directory)}"

@@ -202,7 +202,7 @@ class _Transfer:
                     self._install()
                     return
                 self._discard()
-                corrupt += 1
+                corrupt, failures, best = corrupt + 1, 0, 0  # a fresh download from byte 0
                 if corrupt >= VERIFY_ATTEMPTS:
                     raise DownloadError(
                         f"{self.remote.name} from {self.remote.url} failed verification "
@@ -238,40 +238,10 @@ class _Transfer:
             headers["Range"] = f"bytes={offset}-"
             headers["If-Range"] = _validator(self.origin)
         with self._request(headers) as resp:
-            status = resp.status_code
-            if status == 416 and offset:  # the partial file holds everything already, or more
-                if _content_range(resp.headers.get("Content-Range"))[1] == offset:
-                    return
-                raise _Restart(f"HTTP 416 for bytes {offset}-")
-            if status in RETRY_STATUSES or 500 <= status < 600:
-                raise _Retry(f"HTTP {status} {resp.reason}")
-            if status not in (200, 206):
-                raise DownloadError(
-                    f"could not download {remote.name} from {remote.url}: HTTP {status} "
-                    f"{resp.reason}"
-                )
-            self._refuse_html(resp.headers.get("Content-Type", ""), b"")
-            if status == 206:
-                start, total = self._check_resumed(resp, offset)
-                if not offset:
-                    self._begin(resp, total)
-            else:  # the whole file: the server ignored Range, or If-Range found it changed
-                if offset:
-                    self._say(f"{remote.name}: the server sent the whole file again")
-                start, total = 0, _int_or_none(resp.headers.get("Content-Length"))
-                self._begin(resp, total)
-            if remote.size is not None and total is not None and total != remote.size:
-                raise DownloadError(
-                    f"{remote.url} announces {total} bytes for {remote.name}, "
-                    f"expected {remote.size}: not the file asked for"
-                )
-            framed = total is not None or "chunked" in resp.headers.get("Transfer-Encoding", "")
-            if not (framed or remote.size is not None or remote.digests or self.origin["digests"]):
-                raise DownloadError(
-                    f"{remote.url} sent {remote.name} with no Content-Length, so a cut transfer "
-                    f"could not be told from a whole one, and there is no size or digest to "
-                    f"check it against: refused"
-                )
+            accepted = self._accept(resp, offset)
+            if accepted is None:  # a 416: the partial file holds the whole file already
+                return
+            start, total = accepted
             self.bar.reset(total=total if total is not None else remote.size)
             self.bar.update(start)
             self._receive(resp, start)
@@ -280,6 +250,44 @@ class _Transfer:
             raise _Restart(f"received {size} bytes, more than the {expected} announced")
         if expected is not None and size < expected:
             raise _Retry(f"the connection closed after {size} of {expected} bytes")
+
+    def _accept(self, resp: requests.Response, offset: int) -> Optional[tuple[int, Optional[int]]]:
+        """(start, total) of a body worth receiving, None if the file is already whole; raises
+        _Retry for what is transient and DownloadError for what is not."""
+        remote, status = self.remote, resp.status_code
+        if status == 416 and offset:  # the partial file holds everything already, or more
+            if _content_range(resp.headers.get("Content-Range"))[1] == offset:
+                return None
+            raise _Restart(f"HTTP 416 for bytes {offset}-")
+        if status in RETRY_STATUSES or 500 <= status < 600:
+            raise _Retry(f"HTTP {status} {resp.reason}")
+        if status not in (200, 206):
+            raise DownloadError(
+                f"could not download {remote.name} from {remote.url}: HTTP {status} {resp.reason}"
+            )
+        self._refuse_html(resp.headers.get("Content-Type", ""), b"")
+        if status == 206:
+            start, total = self._check_resumed(resp, offset)
+            if not offset:
+                self._begin(resp, total)
+        else:  # the whole file: the server ignored Range, or If-Range found it changed
+            if offset:
+                self._say(f"{remote.name}: the server sent the whole file again")
+            start, total = 0, _int_or_none(resp.headers.get("Content-Length"))
+            self._begin(resp, total)
+        if remote.size is not None and total is not None and total != remote.size:
+            raise DownloadError(
+                f"{remote.url} announces {total} bytes for {remote.name}, "
+                f"expected {remote.size}: not the file asked for"
+            )
+        framed = total is not None or "chunked" in resp.headers.get("Transfer-Encoding", "")
+        if not (framed or remote.size is not None or remote.digests or self.origin["digests"]):
+            raise DownloadError(
+                f"{remote.url} sent {remote.name} with no Content-Length, so a cut transfer "
+                f"could not be told from a whole one, and there is no size or digest to check "
+                f"it against: refused"
+            )
+        return start, total
 
     def _request(self, headers: dict[str, str]) -> requests.Response:
         remote = self.remote
