@@ -665,6 +665,16 @@ def test_a_failed_download_leaves_no_directory_that_passes_for_a_model(
     assert staged == sorted(f for f in dl.MODEL_FILES if f != DATA)  # verified, kept to resume
 
 
+def test_a_directory_left_by_an_older_version_is_replaced_whole(tmp_path, bucket, base_url):
+    """Versions before 2 left models/124M/ holding the lock and partial files."""
+    directory = tmp_path / "124M"
+    directory.mkdir()
+    (directory / dl.LEGACY_LOCK).write_text("")
+    (directory / f"{DATA}.part").write_bytes(b"junk")
+    assert_release(gpt2np.download("124M", models_dir=tmp_path, base_url=base_url), bucket)
+    assert sorted(p.name for p in directory.iterdir()) == sorted([*dl.MODEL_FILES, dl.MANIFEST])
+
+
 def test_missing_files_and_check_complete(tmp_path, bucket, base_url, monkeypatch) -> None:
     directory = tmp_path / "124M"
     assert dl.missing_files(directory) == list(dl.MODEL_FILES)

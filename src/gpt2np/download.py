@@ -313,6 +313,12 @@ def _install(directory: pathlib.Path, staging: pathlib.Path, verified: dict, bas
     sizes = {f: verified[f].stat().st_size for f in MODEL_FILES}
     manifest = json.dumps({"version": MANIFEST_VERSION, "base_url": base, "sizes": sizes})
     shutil.rmtree(staging / _fetch.INCOMING, ignore_errors=True)  # of files found elsewhere
+    leftovers = [LEGACY_LOCK, *(f + ".part" for f in MODEL_FILES)]  # of versions before 2
+    if directory.is_dir() and all(path.parent == staging for path in verified.values()):
+        for stale in [*leftovers, MANIFEST]:
+            (directory / stale).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # empty now? Then it can appear whole, as below
+            directory.rmdir()
     if not directory.exists():
         _write_atomic(staging / MANIFEST, manifest)
         try:
@@ -324,7 +330,7 @@ def _install(directory: pathlib.Path, staging: pathlib.Path, verified: dict, bas
     for fname, path in verified.items():
         if path.parent == staging:
             os.replace(path, directory / fname)
-    for stale in [LEGACY_LOCK, *(f + ".part" for f in MODEL_FILES)]:  # left by versions < 2
+    for stale in leftovers:
         (directory / stale).unlink(missing_ok=True)
     _fetch._fsync_dir(directory)
     _write_atomic(directory / MANIFEST, manifest)
