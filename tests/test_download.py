@@ -312,7 +312,7 @@ def test_a_trickling_server_is_cut_and_the_download_resumed(
     bucket.trickle[f"124M/{DATA}"] = (0.02, 1)
     start = time.monotonic()
     directory = gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
-    assert time.monotonic() - start < 5
+    assert time.monotonic() - start < 10  # a hang would be 60 s or forever
     assert_release(directory, bucket)
     first, second = bucket.requests_for(f"124M/{DATA}")
     assert 0 < first.sent < 100 and second.status == 206
@@ -328,7 +328,7 @@ def test_a_server_that_only_trickles_fails_in_bounded_time(
     start = time.monotonic()
     with pytest.raises(gpt2np.DownloadError, match=r"stalled: \d+ bytes in 0\.\d s") as err:
         gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
-    assert time.monotonic() - start < 3
+    assert time.monotonic() - start < 10  # a hang would be 60 s or forever
     assert "hparams.json" in str(err.value) and "copy the seven files" in str(err.value)
     assert len(bucket.requests_for("124M/hparams.json")) == 2
     assert_nothing_like_a_model(tmp_path)
@@ -342,7 +342,7 @@ def test_a_silent_server_fails_in_bounded_time(tmp_path, bucket, base_url, monke
     start = time.monotonic()
     with pytest.raises(gpt2np.DownloadError, match=r"no answer within 0\.3 s") as err:
         gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
-    assert time.monotonic() - start < 3
+    assert time.monotonic() - start < 10  # a hang would be 60 s or forever
     assert f"{base_url}/124M/hparams.json" in str(err.value)
     assert len(bucket.requests_for("124M/hparams.json")) == 2
     assert_nothing_like_a_model(tmp_path)
