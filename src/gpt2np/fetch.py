@@ -33,8 +33,9 @@ every few seconds, is cut and resumed. A file fails after :data:`ATTEMPTS` (4) a
 that each bring less than 64 KiB of new data. So a server that never answers fails in about
 4 × 15 s + 3.5 s of backoff ≈ 64 s, an unreachable one in about 44 s, a trickling one in about
 84 s; no attempt lasts longer than 10 + 15 + 20 + 15 = 60 s, so no file waits more than about
-4 minutes without progress. (The response headers are read under the per-read timeout only: a
-server that trickles its headers a byte at a time is bounded by http.client's header limits.)
+4 minutes without progress. (The one gap: the response headers are read under the per-read
+timeout only, so a server that trickled its headers, rather than its body, a byte at a time
+would not be cut by the stall detector; requests offers no hook to watch that phase.)
 A DNS failure, 4xx, a TLS error or an HTML page fail on the first request.
 """
 
