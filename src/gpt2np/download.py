@@ -18,10 +18,10 @@ time bound, HTML pages refused), and counts only once it verifies:
 A file already under its final name is checked the same way (offline), kept if it verifies, and
 replaced if not. A file that fails is discarded and fetched once more, then DownloadError.
 
-The time bound (:mod:`gpt2np.fetch` has the details): no network, a 4xx, a TLS error or an HTML
-page fail on the first request; a server that never answers fails after about a minute, one that
-trickles after about a minute and a half; no file waits more than about 4 minutes without
-receiving 64 KiB.
+The time bound (:mod:`gpt2np.fetch` has the details): a host name that does not resolve (how an
+offline machine usually fails), a 4xx, a TLS error or an HTML page fail on the first request; a
+server that never answers fails after about a minute, one that trickles after about a minute and
+a half; no file waits more than about 4 minutes without receiving 64 KiB.
 
 Nothing that looks like a model appears before everything verified: the files are fetched into
 ``models/.124M.partial/``, which becomes ``models/124M/`` by one rename once all seven verified
