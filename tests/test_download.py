@@ -1,8 +1,12 @@
 """gpt2np.download against a loopback HTTP server with injected faults (no internet).
 
-The served model is OpenAI's layout with the real encoder.json / vocab.bpe (they must pass the
-SHA-256 pins), OpenAI's published 124M hparams.json text, and random bytes standing in for the
-three checkpoint files (their contents are checked by the converter, not here).
+The served "124M" is a real release layout: the TF checkpoint in tests/fixtures/tf/small
+(written by TensorFlow's Saver, scripts/make_tf_fixtures.py) with its hparams.json, published
+as "124M" for these tests, and the real encoder.json / vocab.bpe (they must pass the SHA-256
+pins). The index and data file are therefore verified for real: sizes and every tensor's
+CRC-32C. The fixture has no .meta (gpt2np never reads it), so a stand-in is served for it.
+
+Timeouts, stall windows, attempts and backoff are patched small, so no test waits long.
 """
 
 from __future__ import annotations
@@ -12,45 +16,47 @@ import importlib
 import json
 import os
 import pathlib
-import random
 import re
+import socket
 import subprocess
 import sys
 import threading
 import time
+from typing import ClassVar
 
 import pytest
 
 import gpt2np
-from httpfixture import Bucket, closed_port_url, serve
+from gpt2np import fetch
+from httpfixture import Bucket, closed_port_url, etag_of, serve
 
 # gpt2np.download is the function; the module behind it, whose constants the tests patch:
 dl = importlib.import_module("gpt2np.download")
 
 DATA = "model.ckpt.data-00000-of-00001"
+SMALL = pathlib.Path(__file__).parent / "fixtures" / "tf" / "small"
 BPE_DIR = pathlib.Path(gpt2np.__file__).parent / "data"  # the bundled, published BPE files
-HPARAMS_124M = '{\n  "n_vocab": 50257,\n  "n_ctx": 1024,\n  "n_embd": 768,\n  "n_head": 12,\n  "n_layer": 12\n}\n'  # noqa: E501 (OpenAI's file, verbatim)
 HPARAMS_355M = '{"n_vocab": 50257, "n_ctx": 1024, "n_embd": 1024, "n_head": 16, "n_layer": 24}'
+HTML_PAGE = b"<html><head><title>Log in</title></head><body>Wi-Fi</body>"  # 57 bytes
 
 
 def release_files() -> dict[str, bytes]:
-    """The seven files of a fake 124M release; the data file spans a few 1 MiB chunks."""
-    rnd = random.Random(0)
-    return {
-        "checkpoint": b'model_checkpoint_path: "model.ckpt"\n',
-        "encoder.json": (BPE_DIR / "encoder.json").read_bytes(),
-        "hparams.json": HPARAMS_124M.encode(),
-        DATA: rnd.randbytes(2_500_000),
-        "model.ckpt.index": rnd.randbytes(3000),
-        "model.ckpt.meta": rnd.randbytes(50_000),
-        "vocab.bpe": (BPE_DIR / "vocab.bpe").read_bytes(),
-    }
+    """The seven files of the fake 124M release (see the module docstring)."""
+    files = {f: (SMALL / f).read_bytes() for f in ["checkpoint", "hparams.json", DATA]}
+    files["model.ckpt.index"] = (SMALL / "model.ckpt.index").read_bytes()
+    files["model.ckpt.meta"] = b"stand-in for the MetaGraphDef, which gpt2np never reads\n" * 9
+    for f in ["encoder.json", "vocab.bpe"]:
+        files[f] = (BPE_DIR / f).read_bytes()
+    return files
 
 
 @pytest.fixture(autouse=True)
-def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dl, "BACKOFF_SECONDS", 0.001)
+def fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small waits, and "124M" published with the fixture's hparams (the index is checked
+    against them)."""
+    monkeypatch.setattr(fetch, "BACKOFF_SECONDS", 0.001)
     monkeypatch.setattr(dl, "LOCK_POLL_SECONDS", 0.01)
+    monkeypatch.setitem(gpt2np.HPARAMS, "124M", gpt2np.HParams.from_json(SMALL / "hparams.json"))
 
 
 @pytest.fixture
@@ -71,11 +77,36 @@ def resumed_from(req) -> int:
 
 
 def assert_release(directory: pathlib.Path, bucket: Bucket, name: str = "124M") -> None:
-    """The directory holds exactly the served files (byte-identical), no .part, a manifest."""
+    """The directory holds exactly the served files (byte-identical) and a manifest; nothing
+    is left in staging."""
     for fname in dl.MODEL_FILES:
         assert (directory / fname).read_bytes() == bucket.files[f"{name}/{fname}"], fname
-    assert not list(directory.glob("*.part"))
     assert (directory / dl.MANIFEST).exists()
+    assert not dl.staging_dir(directory).exists()
+    assert not (directory / fetch.INCOMING).exists()
+
+
+def assert_nothing_like_a_model(models_dir: pathlib.Path) -> None:
+    """A failed call leaves no directory a notebook's ``is_dir()`` would take for the model."""
+    assert not (models_dir / "124M").exists()
+    assert all(p.name.startswith(".") for p in models_dir.iterdir())
+
+
+def partial(tmp_path: pathlib.Path, fname: str) -> pathlib.Path:
+    """Where an interrupted download keeps the partial ``fname``."""
+    return dl.staging_dir(tmp_path / "124M") / fetch.INCOMING / fname
+
+
+def leave_partial(tmp_path, url: str, fname: str, data: bytes, etag: str | None) -> None:
+    """A partial file as an interrupted fetch leaves it: the bytes and where they came from."""
+    path = partial(tmp_path, fname)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    origin = {"url": f"{url}/124M/{fname}", "etag": etag, "total": None, "digests": {}}
+    path.with_name(fname + ".origin.json").write_text(json.dumps(origin))
+
+
+# -- the normal path ----------------------------------------------------------------------------
 
 
 def test_fetches_the_seven_files(tmp_path, bucket, base_url) -> None:
@@ -84,6 +115,8 @@ def test_fetches_the_seven_files(tmp_path, bucket, base_url) -> None:
     assert_release(directory, bucket)
     assert sorted(r.path for r in bucket.served()) == sorted(bucket.files)
     assert all(r.status == 200 and r.range is None for r in bucket.served())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".124M.lock", "124M"]
+    assert sorted(p.name for p in directory.iterdir()) == sorted([*dl.MODEL_FILES, dl.MANIFEST])
 
 
 def test_second_call_transfers_nothing(tmp_path, bucket, base_url) -> None:
@@ -95,24 +128,43 @@ def test_second_call_transfers_nothing(tmp_path, bucket, base_url) -> None:
     assert gpt2np.download("124M", models_dir=tmp_path, base_url=closed_port_url())
 
 
-def test_resumes_a_cut_connection_with_range(tmp_path, bucket, base_url) -> None:
+def test_manifest_records_every_size(tmp_path, bucket, base_url) -> None:
+    directory = gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    manifest = json.loads((directory / dl.MANIFEST).read_text())
+    assert manifest["version"] == dl.MANIFEST_VERSION
+    assert manifest["sizes"] == {f: len(bucket.files[f"124M/{f}"]) for f in dl.MODEL_FILES}
+
+
+# -- resume ---------------------------------------------------------------------------------------
+
+
+def test_resumes_a_cut_connection_with_range_and_if_range(tmp_path, bucket, base_url) -> None:
     size = len(bucket.files[f"124M/{DATA}"])
     bucket.cut_at[f"124M/{DATA}"] = size // 2
     directory = gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
     assert_release(directory, bucket)
     first, second = bucket.requests_for(f"124M/{DATA}")
     assert (first.status, first.range, first.sent) == (200, None, size // 2)
-    # Resumed from what reached the .part: all whole chunks (bytes of a chunk still being
-    # filled when the connection dropped are lost in urllib3 and fetched again).
     start = resumed_from(second)
-    assert dl.CHUNK_SIZE <= start <= size // 2
+    assert 0 < start <= size // 2  # what reached the disk before the cut
+    assert second.if_range == etag_of(bucket.files[f"124M/{DATA}"])
     assert (second.status, second.sent) == (206, size - start)
+
+
+def test_a_reset_connection_is_resumed(tmp_path, bucket, base_url) -> None:
+    size = len(bucket.files[f"124M/{DATA}"])
+    bucket.reset_at[f"124M/{DATA}"] = size // 2
+    directory = gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert_release(directory, bucket)
+    first, second = bucket.requests_for(f"124M/{DATA}")
+    assert first.status == 200 and second.status == 206
+    assert second.sent == size - resumed_from(second)
 
 
 def test_server_without_range_support_restarts_from_zero(tmp_path, bucket, base_url) -> None:
     bucket.range_support = False
     size = len(bucket.files[f"124M/{DATA}"])
-    bucket.cut_at[f"124M/{DATA}"] = size * 2 // 3  # past the first 1 MiB chunk
+    bucket.cut_at[f"124M/{DATA}"] = size * 2 // 3
     directory = gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
     assert_release(directory, bucket)
     first, second = bucket.requests_for(f"124M/{DATA}")
@@ -134,39 +186,86 @@ def test_206_from_the_wrong_offset_is_not_appended(tmp_path, bucket, base_url, s
     assert (third.status, third.range, third.sent) == (200, None, size)
 
 
-def test_leftover_part_is_resumed(tmp_path, bucket, base_url) -> None:
+def test_an_interrupted_call_is_resumed_by_the_next(tmp_path, bucket, base_url) -> None:
     data = bucket.files[f"124M/{DATA}"]
-    (tmp_path / "124M").mkdir()
-    (tmp_path / "124M" / f"{DATA}.part").write_bytes(data[:1_000_000])
-    gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
-    assert_release(tmp_path / "124M", bucket)
+    bucket.cut_at[f"124M/{DATA}"] = len(data) // 2
+    with pytest.MonkeyPatch.context() as mp:  # the first call gives up after the cut
+        mp.setattr(fetch, "ATTEMPTS", 1)
+        with pytest.raises(gpt2np.DownloadError, match=r"the connection (broke|closed)"):
+            gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert_nothing_like_a_model(tmp_path)
+    kept = partial(tmp_path, DATA).read_bytes()
+    assert kept and data.startswith(kept)
+    n = len(bucket.served())
+    assert_release(gpt2np.download("124M", models_dir=tmp_path, base_url=base_url), bucket)
+    assert [r.path for r in bucket.served()[n:]] == [f"124M/{DATA}"]  # the rest was verified
+    last = bucket.served()[-1]
+    assert (resumed_from(last), last.status, last.sent) == (len(kept), 206, len(data) - len(kept))
+
+
+def test_a_partial_file_without_a_validator_is_restarted(tmp_path, bucket, base_url) -> None:
+    data = bucket.files[f"124M/{DATA}"]
+    path = partial(tmp_path, DATA)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data[:20_000])  # no record of where these bytes came from
+    assert_release(gpt2np.download("124M", models_dir=tmp_path, base_url=base_url), bucket)
     [req] = bucket.requests_for(f"124M/{DATA}")
-    assert (req.range, req.sent) == ("bytes=1000000-", len(data) - 1_000_000)
+    assert (req.range, req.status, req.sent) == (None, 200, len(data))
 
 
-def test_part_as_long_as_the_file_is_finished_by_a_416(tmp_path, bucket, base_url) -> None:
+@pytest.mark.parametrize("server", ["etag", "last-modified", "no-validator", "ignores-if-range"])
+def test_a_partial_file_of_a_file_that_changed_is_not_spliced(tmp_path, bucket, base_url, server):
+    """Issue 14: a download interrupted, the file changed on the server, the download resumed.
+    Only the new file is installed, whatever the server tells (or does not tell) us."""
+    new = bucket.files[f"124M/{DATA}"]
+    old = bytes(b ^ 0xFF for b in new)  # the version that was being fetched before
+    bucket.etags = server in ("etag", "ignores-if-range")
+    bucket.last_modified = server == "last-modified"
+    bucket.ignore_if_range = server == "ignores-if-range"
+    bucket.files[f"124M/{DATA}"] = old
+    bucket.cut_at[f"124M/{DATA}"] = len(old) // 2
+    with pytest.MonkeyPatch.context() as mp:  # the first call gets half of the old file, dies
+        mp.setattr(fetch, "ATTEMPTS", 1)
+        with pytest.raises(gpt2np.DownloadError):
+            gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert old.startswith(partial(tmp_path, DATA).read_bytes())
+    bucket.files[f"124M/{DATA}"] = new  # the server now has the new file
+    n = len(bucket.served())
+    directory = gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert_release(directory, bucket)
+    requests = [r for r in bucket.served()[n:] if r.path == f"124M/{DATA}"]
+    statuses = [r.status for r in requests]
+    if server == "no-validator":  # nothing to prove the bytes current: not even asked to resume
+        assert statuses == [200] and requests[0].range is None
+    elif server == "ignores-if-range":  # a 206 with another ETag: discarded, then from 0
+        assert statuses == [206, 200] and requests[1].range is None
+    else:  # If-Range did not match: the server sent the whole new file
+        assert statuses == [200] and requests[0].if_range is not None
+
+
+def test_a_complete_partial_file_is_finished_by_a_416(tmp_path, bucket, base_url) -> None:
     data = bucket.files[f"124M/{DATA}"]
-    (tmp_path / "124M").mkdir()
-    (tmp_path / "124M" / f"{DATA}.part").write_bytes(data)  # died between last byte and rename
-    gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
-    assert_release(tmp_path / "124M", bucket)
+    leave_partial(tmp_path, base_url, DATA, data, etag_of(data))  # died before the rename
+    assert_release(gpt2np.download("124M", models_dir=tmp_path, base_url=base_url), bucket)
     assert [r.status for r in bucket.requests_for(f"124M/{DATA}")] == [416]
 
 
-def test_part_longer_than_the_file_is_discarded(tmp_path, bucket, base_url) -> None:
+def test_a_partial_file_longer_than_the_file_is_discarded(tmp_path, bucket, base_url) -> None:
     data = bucket.files[f"124M/{DATA}"]
-    (tmp_path / "124M").mkdir()
-    (tmp_path / "124M" / f"{DATA}.part").write_bytes(data + b"junk")
-    gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
-    assert_release(tmp_path / "124M", bucket)
+    leave_partial(tmp_path, base_url, DATA, data + b"junk", etag_of(data))
+    assert_release(gpt2np.download("124M", models_dir=tmp_path, base_url=base_url), bucket)
     assert [r.status for r in bucket.requests_for(f"124M/{DATA}")] == [416, 200]
 
 
-def test_503_is_retried(tmp_path, bucket, base_url) -> None:
-    bucket.statuses["124M/vocab.bpe"] = [503, 502]
+# -- transient failures are retried --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("statuses", [[503, 502], [500], [408], [429]])
+def test_transient_statuses_are_retried(tmp_path, bucket, base_url, statuses) -> None:
+    bucket.statuses["124M/vocab.bpe"] = list(statuses)
     directory = gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
     assert_release(directory, bucket)
-    assert [r.status for r in bucket.requests_for("124M/vocab.bpe")] == [503, 502, 200]
+    assert [r.status for r in bucket.requests_for("124M/vocab.bpe")] == [*statuses, 200]
 
 
 def test_dropped_connection_is_retried(tmp_path, bucket, base_url) -> None:
@@ -180,89 +279,18 @@ def test_persistent_503_gives_up_after_attempts(tmp_path, bucket, base_url) -> N
     bucket.statuses["124M/vocab.bpe"] = [503] * 20
     with pytest.raises(gpt2np.DownloadError, match=r"vocab\.bpe.*HTTP 503"):
         gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
-    assert len(bucket.requests_for("124M/vocab.bpe")) == dl.ATTEMPTS
+    assert len(bucket.requests_for("124M/vocab.bpe")) == fetch.ATTEMPTS
+    assert_nothing_like_a_model(tmp_path)
 
 
-def test_404_is_not_retried_and_names_url_and_file(tmp_path, bucket, base_url) -> None:
-    del bucket.files[f"124M/{DATA}"]
-    with pytest.raises(gpt2np.DownloadError) as err:
-        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
-    assert f"{base_url}/124M/{DATA}" in str(err.value) and "404" in str(err.value)
-    assert isinstance(err.value, OSError)
-    assert len(bucket.requests_for(f"124M/{DATA}")) == 1
-    directory = tmp_path / "124M"
-    assert not (directory / DATA).exists() and not (directory / dl.MANIFEST).exists()
-
-
-@pytest.mark.parametrize("fname", ["encoder.json", "vocab.bpe"])
-def test_wrong_hash_is_refused_and_nothing_left_behind(tmp_path, bucket, base_url, fname):
-    good = bucket.files[f"124M/{fname}"]
-    bucket.files[f"124M/{fname}"] = good[:-2] + b"x\n"
-    with pytest.raises(gpt2np.DownloadError, match="SHA-256") as err:
-        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
-    assert f"{base_url}/124M/{fname}" in str(err.value)
-    leftovers = [p.name for p in (tmp_path / "124M").iterdir()]
-    assert fname not in leftovers and f"{fname}.part" not in leftovers
-    assert dl.MANIFEST not in leftovers
-    bucket.files[f"124M/{fname}"] = good  # the server is fixed: the next call completes
-    assert_release(gpt2np.download("124M", models_dir=tmp_path, base_url=base_url), bucket)
-
-
-def test_hparams_of_another_size_are_refused(tmp_path, bucket, base_url) -> None:
-    bucket.files["124M/hparams.json"] = HPARAMS_355M.encode()
-    with pytest.raises(gpt2np.DownloadError, match=r"hparams\.json.*published 124M"):
-        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
-    assert not list((tmp_path / "124M").glob("hparams.json*"))
-
-
-def test_deeply_nested_hparams_are_refused(tmp_path, bucket, base_url) -> None:
-    bucket.files["124M/hparams.json"] = b"[" * 100_000  # json's recursion limit, not ValueError
-    with pytest.raises(gpt2np.DownloadError, match=r"not a valid hparams\.json"):
-        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
-    assert not list((tmp_path / "124M").glob("hparams.json*"))
-
-
-def test_full_disk_is_a_download_error_naming_url_and_file(tmp_path, bucket, base_url, monkeypatch):
-    """ENOSPC while writing the data file: DownloadError naming URL and .part; the partial
-    .part is kept (a later call resumes it) but nothing is under the final name."""
-    real_open = open
-
-    class FullDisk:
-        def __init__(self, f):
-            self.f, self.written = f, 0
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def write(self, chunk):
-            if self.written >= 1 << 20:
-                raise OSError(errno.ENOSPC, "No space left on device")
-            self.written += len(chunk)
-            return self.f.write(chunk)
-
-    def open_on_a_full_disk(path, mode="r", *args, **kwargs):
-        f = real_open(path, mode, *args, **kwargs)
-        return FullDisk(f) if str(path).endswith(f"{DATA}.part") else f
-
-    monkeypatch.setattr(dl, "open", open_on_a_full_disk, raising=False)
-    with pytest.raises(gpt2np.DownloadError, match="No space left") as err:
-        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
-    assert f"{base_url}/124M/{DATA}" in str(err.value) and f"{DATA}.part" in str(err.value)
-    directory = tmp_path / "124M"
-    assert not (directory / DATA).exists() and not (directory / dl.MANIFEST).exists()
-    kept = (directory / f"{DATA}.part").read_bytes()
-    assert kept and bucket.files[f"124M/{DATA}"].startswith(kept)  # a correct prefix
-    monkeypatch.undo()  # space freed: the next call resumes from the prefix
-    monkeypatch.setattr(dl, "BACKOFF_SECONDS", 0.001)
-    assert_release(gpt2np.download("124M", models_dir=tmp_path, base_url=base_url), bucket)
-    assert resumed_from(bucket.requests_for(f"124M/{DATA}")[-1]) == len(kept)
+def test_retries_are_announced_when_progress_is_shown(tmp_path, bucket, base_url, capsys):
+    bucket.statuses["124M/vocab.bpe"] = [503]
+    gpt2np.download("124M", models_dir=tmp_path, base_url=base_url, progress=True)
+    assert re.search(r"vocab\.bpe: HTTP 503 .*; retrying in", capsys.readouterr().err)
 
 
 def test_read_timeout_is_retried_and_resumed(tmp_path, bucket, base_url, monkeypatch) -> None:
-    monkeypatch.setattr(dl, "TIMEOUT", (2.0, 0.3))
+    monkeypatch.setattr(fetch, "READ_TIMEOUT", 0.3)
     bucket.stall[f"124M/{DATA}"] = 1.0
     directory = gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
     assert_release(directory, bucket)
@@ -271,12 +299,122 @@ def test_read_timeout_is_retried_and_resumed(tmp_path, bucket, base_url, monkeyp
     assert second.status == 206 and 0 < resumed_from(second) <= first.sent
 
 
+# -- hangs: bounded ------------------------------------------------------------------------------
+
+
+def test_a_trickling_server_is_cut_and_the_download_resumed(
+    tmp_path, bucket, base_url, monkeypatch
+) -> None:
+    """Issue 14: a server sending a byte every few seconds never timed out (each read got its
+    byte in time). The stall detector cuts it; the next attempt resumes."""
+    monkeypatch.setattr(fetch, "STALL_SECONDS", 0.3)
+    monkeypatch.setattr(fetch, "STALL_BYTES", 1024)
+    bucket.trickle[f"124M/{DATA}"] = (0.02, 1)
+    start = time.monotonic()
+    directory = gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert time.monotonic() - start < 10  # a hang would be 60 s or forever
+    assert_release(directory, bucket)
+    first, second = bucket.requests_for(f"124M/{DATA}")
+    assert 0 < first.sent < 100 and second.status == 206
+
+
+def test_a_server_that_only_trickles_fails_in_bounded_time(
+    tmp_path, bucket, base_url, monkeypatch
+) -> None:
+    monkeypatch.setattr(fetch, "STALL_SECONDS", 0.3)
+    monkeypatch.setattr(fetch, "STALL_BYTES", 1024)
+    monkeypatch.setattr(fetch, "ATTEMPTS", 2)
+    bucket.trickle["124M/hparams.json"] = (0.02, 10)
+    start = time.monotonic()
+    with pytest.raises(gpt2np.DownloadError, match=r"stalled: \d+ bytes in 0\.\d s") as err:
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert time.monotonic() - start < 10  # a hang would be 60 s or forever
+    assert "hparams.json" in str(err.value) and "copy the seven files" in str(err.value)
+    assert len(bucket.requests_for("124M/hparams.json")) == 2
+    assert_nothing_like_a_model(tmp_path)
+
+
+def test_a_silent_server_fails_in_bounded_time(tmp_path, bucket, base_url, monkeypatch) -> None:
+    """Issue 14: a server that accepts the connection and says nothing took ~5 minutes."""
+    monkeypatch.setattr(fetch, "READ_TIMEOUT", 0.3)
+    monkeypatch.setattr(fetch, "ATTEMPTS", 2)
+    bucket.silent["124M/hparams.json"] = 10.0
+    start = time.monotonic()
+    with pytest.raises(gpt2np.DownloadError, match=r"no answer within 0\.3 s") as err:
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert time.monotonic() - start < 10  # a hang would be 60 s or forever
+    assert f"{base_url}/124M/hparams.json" in str(err.value)
+    assert len(bucket.requests_for("124M/hparams.json")) == 2
+    assert_nothing_like_a_model(tmp_path)
+
+
+def test_the_documented_time_bound_matches_the_constants(monkeypatch) -> None:
+    """The module docstring's figures are the constants' (a silent server: ATTEMPTS reads that
+    time out, plus the backoff between them)."""
+    monkeypatch.undo()  # the constants as shipped
+    backoff = sum(fetch.BACKOFF_SECONDS * 2**k for k in range(fetch.ATTEMPTS - 1))
+    silent = fetch.ATTEMPTS * fetch.READ_TIMEOUT + backoff
+    longest = fetch.CONNECT_TIMEOUT + 2 * fetch.READ_TIMEOUT + fetch.STALL_SECONDS
+    doc = fetch.__doc__
+    assert f"≈ {silent:.0f} s" in doc and f"= {longest:.0f} s" in doc
+    assert f"{backoff:g} s of backoff" in doc
+
+
+# -- not transient: fail at once ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [404, 403, 401, 410])
+def test_4xx_is_not_retried_and_names_url_and_file(tmp_path, bucket, base_url, status) -> None:
+    bucket.statuses[f"124M/{DATA}"] = [status] * 5
+    with pytest.raises(gpt2np.DownloadError) as err:
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert f"{base_url}/124M/{DATA}" in str(err.value) and str(status) in str(err.value)
+    assert isinstance(err.value, OSError)
+    assert len(bucket.requests_for(f"124M/{DATA}")) == 1
+    assert_nothing_like_a_model(tmp_path)
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The backoff sleeps fetch takes: none means no retry."""
+    taken: list[float] = []
+    monkeypatch.setattr(fetch.time, "sleep", taken.append)
+    return taken
+
+
+def test_a_host_that_does_not_resolve_fails_at_once(tmp_path, monkeypatch, sleeps) -> None:
+    """Issue 17: offline, the DNS failure was retried silently for ~8 s."""
+    lookups = []
+    real_getaddrinfo = socket.getaddrinfo
+
+    def getaddrinfo(host, *args, **kwargs):
+        lookups.append(host)
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    with pytest.raises(gpt2np.DownloadError) as err:
+        gpt2np.download("124M", models_dir=tmp_path, base_url="http://nonexistent.invalid/m")
+    assert lookups == ["nonexistent.invalid"] and sleeps == []
+    message = str(err.value)
+    assert "http://nonexistent.invalid/m/124M/hparams.json" in message
+    assert "does not resolve" in message and "no network" in message
+    assert str(tmp_path / "124M") in message and "copy the seven files" in message
+    assert_nothing_like_a_model(tmp_path)
+
+
+def test_a_tls_error_fails_at_once(tmp_path, base_url, sleeps) -> None:
+    """https:// to a server that speaks plain HTTP: the handshake fails, no retry."""
+    with pytest.raises(gpt2np.DownloadError, match=r"TLS error fetching hparams\.json"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url.replace("http", "https"))
+    assert sleeps == []
+
+
 def test_no_network_says_which_files_go_where(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(dl, "ATTEMPTS", 2)
+    monkeypatch.setattr(fetch, "ATTEMPTS", 2)
     with pytest.raises(gpt2np.DownloadError) as err:
         gpt2np.download("345M", models_dir=tmp_path, base_url=closed_port_url())
     message = str(err.value)
-    assert str(tmp_path / "355M") in message
+    assert str(tmp_path / "355M") in message and "Connection refused" in message
     assert all(fname in message for fname in dl.MODEL_FILES)
     assert "/355M/hparams.json" in message  # the first URL it tried
 
@@ -285,6 +423,155 @@ def test_no_network_says_which_files_go_where(tmp_path, monkeypatch) -> None:
 def test_a_malformed_base_url_is_a_download_error(tmp_path, base) -> None:
     with pytest.raises(gpt2np.DownloadError, match=f"hparams.json from {base}/124M/hparams.json"):
         gpt2np.download("124M", models_dir=tmp_path, base_url=base)
+
+
+# -- integrity: issue 14's five ways a bad file got installed ------------------------------------
+
+
+def test_an_html_page_instead_of_the_data_file_is_refused_at_once(tmp_path, bucket, base_url):
+    """A captive portal answers 200 with its login page for every URL."""
+    bucket.files[f"124M/{DATA}"] = HTML_PAGE
+    bucket.headers[f"124M/{DATA}"] = {"Content-Type": "text/html; charset=utf-8"}
+    with pytest.raises(gpt2np.DownloadError, match=r"HTML page instead of model\.ckpt\.data"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert len(bucket.requests_for(f"124M/{DATA}")) == 1
+    assert_nothing_like_a_model(tmp_path)
+
+
+def test_an_html_page_with_a_binary_content_type_is_refused_too(tmp_path, bucket, base_url):
+    bucket.files["124M/model.ckpt.meta"] = b"\n  <!DOCTYPE html>" + HTML_PAGE
+    with pytest.raises(gpt2np.DownloadError, match=r"HTML page instead of model\.ckpt\.meta"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert len(bucket.requests_for("124M/model.ckpt.meta")) == 1
+
+
+@pytest.mark.parametrize("delta", [-1000, +1000], ids=["shorter", "longer"])
+def test_a_content_length_other_than_the_index_says_is_refused(
+    tmp_path, bucket, base_url, delta
+) -> None:
+    size = len(bucket.files[f"124M/{DATA}"])
+    bucket.length[f"124M/{DATA}"] = size + delta
+    with pytest.raises(gpt2np.DownloadError, match=f"announces {size + delta} bytes.*{size}"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert len(bucket.requests_for(f"124M/{DATA}")) == 1
+    assert_nothing_like_a_model(tmp_path)
+
+
+def test_a_content_length_shorter_than_the_body_is_caught_by_content_md5(
+    tmp_path, bucket, base_url
+) -> None:
+    """The .meta has no size known beforehand; OpenAI's bucket declares every file's MD5."""
+    bucket.content_md5 = True
+    bucket.length["124M/model.ckpt.meta"] = 100
+    with pytest.raises(gpt2np.DownloadError, match=r"model\.ckpt\.meta.*failed verification.*MD5"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert len(bucket.requests_for("124M/model.ckpt.meta")) == fetch.VERIFY_ATTEMPTS
+    del bucket.length["124M/model.ckpt.meta"]
+    assert_release(gpt2np.download("124M", models_dir=tmp_path, base_url=base_url), bucket)
+
+
+def test_a_body_cut_without_content_length_is_resumed(tmp_path, bucket, base_url) -> None:
+    """The data file's size is known from the index, so a cut is seen."""
+    size = len(bucket.files[f"124M/{DATA}"])
+    bucket.no_length.add(f"124M/{DATA}")
+    bucket.cut_at[f"124M/{DATA}"] = size // 3
+    directory = gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert_release(directory, bucket)
+    first, second = bucket.requests_for(f"124M/{DATA}")
+    assert first.sent == size // 3 and (second.status, resumed_from(second)) == (206, size // 3)
+
+
+def test_a_body_without_length_of_a_file_of_unknown_size_is_refused(tmp_path, bucket, base_url):
+    """Where neither a length nor a size nor a digest is known, a cut body would pass."""
+    bucket.no_length.add("124M/model.ckpt.meta")
+    with pytest.raises(gpt2np.DownloadError, match=r"no Content-Length.*refused"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    bucket.content_md5 = True  # ... but a declared digest proves it whole
+    assert_release(gpt2np.download("124M", models_dir=tmp_path, base_url=base_url), bucket)
+
+
+def test_corrupt_data_is_refused_by_the_index_crc(tmp_path, bucket, base_url) -> None:
+    data = bytearray(bucket.files[f"124M/{DATA}"])
+    data[len(data) // 2] ^= 0xFF  # same size: only the CRC-32C can tell
+    bucket.files[f"124M/{DATA}"] = bytes(data)
+    with pytest.raises(gpt2np.DownloadError, match=r"CRC-32C 0x[0-9a-f]{8}, the index says"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert len(bucket.requests_for(f"124M/{DATA}")) == fetch.VERIFY_ATTEMPTS
+    assert_nothing_like_a_model(tmp_path)
+
+
+def test_a_corrupt_transfer_is_fetched_again(tmp_path, bucket, base_url, monkeypatch) -> None:
+    """A body damaged once (a flaky proxy): discarded, fetched again, installed."""
+    good = bucket.files[f"124M/{DATA}"]
+    bucket.files[f"124M/{DATA}"] = good[:100] + bytes([good[100] ^ 1]) + good[101:]
+    real_check = fetch.check
+
+    def fix_server_after_first_check(remote, path, declared=None):
+        reason = real_check(remote, path, declared)
+        if remote.name == DATA:
+            bucket.files[f"124M/{DATA}"] = good
+        return reason
+
+    monkeypatch.setattr(fetch, "check", fix_server_after_first_check)
+    assert_release(gpt2np.download("124M", models_dir=tmp_path, base_url=base_url), bucket)
+    assert [r.status for r in bucket.requests_for(f"124M/{DATA}")] == [200, 200]
+
+
+def test_an_index_of_another_size_is_refused(tmp_path, bucket, base_url, monkeypatch) -> None:
+    three_layers = gpt2np.HParams(n_vocab=260, n_ctx=16, n_embd=16, n_head=2, n_layer=3)
+    monkeypatch.setitem(gpt2np.HPARAMS, "124M", three_layers)
+    bucket.files["124M/hparams.json"] = json.dumps(gpt2np.HPARAMS["124M"].to_dict()).encode()
+    with pytest.raises(gpt2np.DownloadError, match=r"model/ tensors hold 44032 bytes.*124M"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+
+
+@pytest.mark.parametrize("fname", ["encoder.json", "vocab.bpe"])
+def test_wrong_hash_is_refused_and_nothing_left_behind(tmp_path, bucket, base_url, fname):
+    good = bucket.files[f"124M/{fname}"]
+    bucket.files[f"124M/{fname}"] = good[:-2] + b"x\n"
+    with pytest.raises(gpt2np.DownloadError, match="SHA256") as err:
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert f"{base_url}/124M/{fname}" in str(err.value)
+    assert_nothing_like_a_model(tmp_path)
+    assert not list(tmp_path.rglob(fname))
+    bucket.files[f"124M/{fname}"] = good  # the server is fixed: the next call completes
+    assert_release(gpt2np.download("124M", models_dir=tmp_path, base_url=base_url), bucket)
+
+
+def test_hparams_of_another_size_are_refused(tmp_path, bucket, base_url) -> None:
+    bucket.files["124M/hparams.json"] = HPARAMS_355M.encode()
+    with pytest.raises(gpt2np.DownloadError, match=r"hparams\.json.*published 124M"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert not list(tmp_path.rglob("hparams.json*"))
+
+
+def test_deeply_nested_hparams_are_refused(tmp_path, bucket, base_url) -> None:
+    bucket.files["124M/hparams.json"] = b"[" * 50_000  # json's recursion limit, not ValueError
+    with pytest.raises(gpt2np.DownloadError, match=r"not a valid hparams\.json"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert not list(tmp_path.rglob("hparams.json*"))
+
+
+@pytest.mark.parametrize("text", [b'model_checkpoint_path: "model.ckpt"', b"\x00\x01junk\n"])
+def test_a_checkpoint_state_that_is_cut_or_not_one_is_refused(tmp_path, bucket, base_url, text):
+    bucket.files["124M/checkpoint"] = text
+    with pytest.raises(gpt2np.DownloadError, match=r"checkpoint from .* failed verification"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+
+
+def test_a_wrong_file_under_the_final_name_is_replaced(tmp_path, bucket, base_url) -> None:
+    """Issue 14: files copied in by hand (no manifest) were trusted if they had the pins'
+    names; now each is verified offline, and only the wrong one is fetched."""
+    directory = tmp_path / "124M"
+    directory.mkdir()
+    for fname in dl.MODEL_FILES:
+        (directory / fname).write_bytes(bucket.files[f"124M/{fname}"])
+    data = bytearray(bucket.files[f"124M/{DATA}"])
+    data[7] ^= 0x40
+    (directory / DATA).write_bytes(bytes(data))
+    assert gpt2np.download("124M", models_dir=tmp_path, base_url=base_url) == directory
+    assert_release(directory, bucket)
+    assert [r.path for r in bucket.served()] == [f"124M/{DATA}"]
 
 
 def test_files_copied_by_hand_need_no_network(tmp_path, bucket) -> None:
@@ -296,6 +583,20 @@ def test_files_copied_by_hand_need_no_network(tmp_path, bucket) -> None:
     assert (directory / dl.MANIFEST).exists()
 
 
+def test_a_manifest_from_before_verification_is_not_trusted(tmp_path, bucket, base_url):
+    """Versions before 2 wrote the manifest without verifying: such a model is checked once."""
+    directory = gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    (directory / DATA).write_bytes(HTML_PAGE)
+    sizes = {f: (directory / f).stat().st_size for f in dl.MODEL_FILES}
+    (directory / dl.MANIFEST).write_text(json.dumps({"base_url": base_url, "sizes": sizes}))
+    (directory / dl.LEGACY_LOCK).write_text("")
+    n = len(bucket.served())
+    gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert_release(directory, bucket)
+    assert [r.path for r in bucket.served()[n:]] == [f"124M/{DATA}"]
+    assert not (directory / dl.LEGACY_LOCK).exists()
+
+
 def test_a_file_damaged_after_completion_is_fetched_again(tmp_path, bucket, base_url) -> None:
     directory = gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
     (directory / DATA).write_bytes(b"truncated")
@@ -303,6 +604,111 @@ def test_a_file_damaged_after_completion_is_fetched_again(tmp_path, bucket, base
     gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
     assert_release(directory, bucket)
     assert [r.path for r in bucket.served()[n_requests:]] == [f"124M/{DATA}"]
+
+
+def test_full_disk_is_a_download_error_naming_url_and_file(tmp_path, bucket, base_url, monkeypatch):
+    """ENOSPC while writing the data file: DownloadError naming URL and partial file; the
+    partial file is kept (a later call resumes it) but nothing is under a final name."""
+    real_open = open
+
+    class FullDisk:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def tell(self):
+            return self.f.tell()
+
+        def write(self, chunk):
+            room = 20_000 - self.f.tell()
+            self.f.write(chunk[: max(room, 0)])
+            if len(chunk) > room:
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+    def open_on_a_full_disk(path, mode="r", *args, **kwargs):
+        f = real_open(path, mode, *args, **kwargs)
+        return FullDisk(f) if str(path).endswith(DATA) and "a" in mode else f
+
+    monkeypatch.setattr(fetch, "open", open_on_a_full_disk, raising=False)
+    with pytest.raises(gpt2np.DownloadError, match="No space left") as err:
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert f"{base_url}/124M/{DATA}" in str(err.value)
+    assert str(partial(tmp_path, DATA)) in str(err.value)
+    assert_nothing_like_a_model(tmp_path)
+    kept = partial(tmp_path, DATA).read_bytes()
+    assert kept and bucket.files[f"124M/{DATA}"].startswith(kept)  # a correct prefix
+    monkeypatch.undo()  # space freed: the next call resumes from the prefix
+    monkeypatch.setattr(fetch, "BACKOFF_SECONDS", 0.001)
+    monkeypatch.setitem(gpt2np.HPARAMS, "124M", gpt2np.HParams.from_json(SMALL / "hparams.json"))
+    assert_release(gpt2np.download("124M", models_dir=tmp_path, base_url=base_url), bucket)
+    assert resumed_from(bucket.requests_for(f"124M/{DATA}")[-1]) == len(kept)
+
+
+# -- what a failed download leaves, and how to tell a complete model ---------------------------
+
+
+def test_a_failed_download_leaves_no_directory_that_passes_for_a_model(
+    tmp_path, bucket, base_url
+) -> None:
+    """Issue 17: models/124M/ was left holding only the lock, and a notebook's is_dir() check
+    then called load() on it."""
+    del bucket.files[f"124M/{DATA}"]
+    with pytest.raises(gpt2np.DownloadError):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert_nothing_like_a_model(tmp_path)
+    staged = sorted(p.name for p in dl.staging_dir(tmp_path / "124M").iterdir())
+    assert staged == sorted(f for f in dl.MODEL_FILES if f != DATA)  # verified, kept to resume
+
+
+def test_a_directory_left_by_an_older_version_is_replaced_whole(tmp_path, bucket, base_url):
+    """Versions before 2 left models/124M/ holding the lock and partial files."""
+    directory = tmp_path / "124M"
+    directory.mkdir()
+    (directory / dl.LEGACY_LOCK).write_text("")
+    (directory / f"{DATA}.part").write_bytes(b"junk")
+    assert_release(gpt2np.download("124M", models_dir=tmp_path, base_url=base_url), bucket)
+    assert sorted(p.name for p in directory.iterdir()) == sorted([*dl.MODEL_FILES, dl.MANIFEST])
+
+
+def test_missing_files_and_check_complete(tmp_path, bucket, base_url, monkeypatch) -> None:
+    directory = tmp_path / "124M"
+    assert dl.missing_files(directory) == list(dl.MODEL_FILES)
+    with pytest.raises(gpt2np.CheckpointError, match=r"has none of hparams\.json, encoder\.json"):
+        dl.check_complete(directory)
+    bucket.statuses[f"124M/{DATA}"] = [404]
+    with pytest.raises(gpt2np.DownloadError):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    directory.mkdir()  # say, the user copies some of the files by hand
+    (directory / "hparams.json").write_bytes(bucket.files["124M/hparams.json"])
+    (directory / "model.ckpt.meta").write_bytes(b"")
+    missing = dl.missing_files(directory)
+    assert missing == [f for f in dl.MODEL_FILES if f != "hparams.json"]
+    with pytest.raises(gpt2np.CheckpointError) as err:
+        dl.check_complete(directory)
+    message = str(err.value)
+    assert f"{directory} is not a complete GPT-2 release: it lacks encoder.json," in message
+    assert f"gpt2np.download('124M', models_dir={str(tmp_path)!r})" in message
+    assert f"`gpt2np download 124M --models-dir {tmp_path}`" in message
+    assert f"resuming the interrupted download in {dl.staging_dir(directory)}" in message
+    monkeypatch.setenv("GPT2NP_HOME", str(tmp_path.parent))
+    monkeypatch.chdir(tmp_path)  # the default models dir, written relative or not: no models_dir
+    home_models = tmp_path.parent / "models" / "124M"
+    with pytest.raises(
+        gpt2np.CheckpointError, match=r"download\('124M'\) \(or `gpt2np download 124M`\)"
+    ):
+        dl.check_complete(home_models)
+    with pytest.raises(gpt2np.CheckpointError, match="Copy them from OpenAI's release"):
+        dl.check_complete(tmp_path / "my-finetune")
+    complete = gpt2np.download("124M", models_dir=tmp_path / "b", base_url=base_url)
+    assert dl.missing_files(complete) == [] and dl.check_complete(complete) == complete
+
+
+# -- names, directories, environment -------------------------------------------------------------
 
 
 def test_unknown_names_are_refused_before_touching_disk(tmp_path) -> None:
@@ -366,13 +772,58 @@ def test_environment_picks_home_and_base_url(tmp_path, bucket, base_url, monkeyp
     assert gpt2np.download("124M", base_url=base_url) == directory
 
 
-def test_progress_bars_only_when_asked_or_on_a_terminal(tmp_path, bucket, base_url, capsys):
-    gpt2np.download("124M", models_dir=tmp_path / "a", base_url=base_url)  # stderr: not a TTY
+# -- progress --------------------------------------------------------------------------------------
+
+
+class FakeShell:
+    """What IPython.get_ipython() returns inside a Jupyter kernel, as far as tqdm and gpt2np
+    look: a config with the kernel app's section."""
+
+    config: ClassVar[dict] = {"IPKernelApp": {"connection_file": "kernel-1.json"}}
+
+
+def test_progress_none_hides_bars_when_nobody_watches(tmp_path, bucket, base_url, capsys):
+    gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)  # stderr: not a TTY
     assert capsys.readouterr().err == ""
-    gpt2np.download("124M", models_dir=tmp_path / "b", base_url=base_url, progress=True)
+
+
+def test_progress_true_shows_a_bar_per_file(tmp_path, bucket, base_url, capsys) -> None:
+    gpt2np.download("124M", models_dir=tmp_path, base_url=base_url, progress=True)
     err = capsys.readouterr().err
     assert all(fname in err for fname in dl.MODEL_FILES)
-    assert "2.38M/2.38M" in err and "B/s" in err  # the data file: 2_500_000 B = 2.38 MiB
+    assert "43.0k/43.0k" in err and "B/s" in err  # the data file: 44_032 B = 43.0 KiB
+
+
+def test_progress_none_shows_bars_in_a_notebook(tmp_path, bucket, base_url, capsys, monkeypatch):
+    """Issue 17: under ipykernel stderr is not a TTY, and a first-use download printed
+    nothing. The bars are tqdm.auto's, which are widgets in Jupyter."""
+    import tqdm.auto
+
+    ipython = type(sys)("IPython")
+    ipython.get_ipython = lambda: FakeShell()
+    monkeypatch.setitem(sys.modules, "IPython", ipython)
+    assert gpt2np.progress.show_progress(None) is True
+    assert fetch.tqdm is tqdm.auto.tqdm and gpt2np.progress.tqdm is tqdm.auto.tqdm
+    bars = []
+
+    class Recorder(tqdm.auto.tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            bars.append((kwargs["desc"], kwargs["disable"]))
+
+    monkeypatch.setattr(fetch, "tqdm", Recorder)
+    gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)  # progress=None
+    assert bars == [(f, False) for f in dl.MODEL_FILES]
+    assert DATA in capsys.readouterr().err
+
+
+def test_progress_must_be_a_bool_or_none(tmp_path) -> None:
+    assert gpt2np.progress.show_progress(True) and not gpt2np.progress.show_progress(False)
+    with pytest.raises(TypeError, match="progress must be True, False or None, got 'yes'"):
+        gpt2np.download("124M", models_dir=tmp_path, progress="yes")  # type: ignore[arg-type]
+
+
+# -- the lock --------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("use_fcntl", [True, False], ids=["flock", "O_EXCL"])
@@ -382,7 +833,7 @@ def test_concurrent_downloads_fetch_each_file_once(
     if use_fcntl and dl.fcntl is None:
         pytest.skip("no fcntl on this platform")
     monkeypatch.setattr(dl, "fcntl", dl.fcntl if use_fcntl else None)
-    bucket.piece_delay = 0.003  # ~0.15 s for the data file, so the two calls overlap
+    bucket.piece_delay = 0.001  # ~0.4 s for the seven files, so the calls overlap
     results, errors = [], []
 
     def run() -> None:
@@ -403,14 +854,14 @@ def test_concurrent_downloads_fetch_each_file_once(
 
 def test_lock_blocks_another_process(tmp_path, bucket, base_url) -> None:
     directory = tmp_path / "124M"
-    directory.mkdir()
     script = (
         "import sys, gpt2np; print('ready', flush=True); "
+        "gpt2np.HPARAMS['124M'] = gpt2np.HParams.from_json(sys.argv[3]); "
         "print(gpt2np.download('124M', models_dir=sys.argv[1], base_url=sys.argv[2]))"
     )
-    with dl._Lock(directory / dl.LOCK_FILE):
+    with dl._Lock(dl.lock_path(directory)):
         child = subprocess.Popen(
-            [sys.executable, "-c", script, str(tmp_path), base_url],
+            [sys.executable, "-c", script, str(tmp_path), base_url, str(SMALL / "hparams.json")],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -430,9 +881,3 @@ def test_stale_excl_lock_is_taken_over(tmp_path, monkeypatch) -> None:
     with dl._Lock(lock, use_fcntl=False):
         assert lock.exists() and lock.stat().st_mtime > old
     assert not lock.exists()
-
-
-def test_manifest_records_every_size(tmp_path, bucket, base_url) -> None:
-    directory = gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
-    sizes = json.loads((directory / dl.MANIFEST).read_text())["sizes"]
-    assert sizes == {f: len(bucket.files[f"124M/{f}"]) for f in dl.MODEL_FILES}

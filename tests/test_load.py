@@ -76,15 +76,30 @@ def test_load_by_old_name_uses_the_canonical_download(home, monkeypatch) -> None
     assert (home / "elsewhere" / "124M" / DATA).exists()
 
 
-def test_corrupt_weights_are_caught_by_the_checkpoint_crc(home, monkeypatch) -> None:
+def test_corrupt_weights_are_refused_by_the_download(home, monkeypatch) -> None:
     files = served_release()
     data = bytearray(files[f"124M/{DATA}"])
-    data[len(data) // 2] ^= 0xFF  # same size, so the download itself cannot notice
+    data[len(data) // 2] ^= 0xFF  # same size: only the index's CRC-32C can tell
     files[f"124M/{DATA}"] = bytes(data)
     with serve(Bucket(files)) as url:
         monkeypatch.setenv("GPT2NP_BASE_URL", url)
-        with pytest.raises(gpt2np.CheckpointError) as err:
+        with pytest.raises(gpt2np.DownloadError, match="CRC-32C") as err:
             gpt2np.load("124M")
+    assert f"{url}/124M/{DATA}" in str(err.value) and "tensor model/" in str(err.value)
+    assert not (home / "models" / "124M").exists()
+
+
+def test_weights_damaged_on_disk_are_caught_by_the_checkpoint_crc(home, monkeypatch) -> None:
+    with serve(Bucket(served_release())) as url:
+        monkeypatch.setenv("GPT2NP_BASE_URL", url)
+        gpt2np.download("124M")
+    path = home / "models" / "124M" / DATA
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, so the download's manifest cannot notice
+    path.write_bytes(bytes(data))
+    monkeypatch.setenv("GPT2NP_BASE_URL", closed_port_url())
+    with pytest.raises(gpt2np.CheckpointError) as err:
+        gpt2np.load("124M")
     message = str(err.value)
     assert "checksum mismatch for tensor" in message
     assert str(home / "models" / "124M") in message and "delete that directory" in message

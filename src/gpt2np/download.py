@@ -1,43 +1,65 @@
-"""Fetch OpenAI's GPT-2 release: seven files per size, resumable, verified, atomic.
+"""Fetch OpenAI's GPT-2 release: seven files per size, each verified before it counts.
 
 ``download("124M")`` puts ``checkpoint``, ``encoder.json``, ``hparams.json``,
 ``model.ckpt.data-00000-of-00001``, ``model.ckpt.index``, ``model.ckpt.meta`` and ``vocab.bpe``
-from ``BASE/124M/<file>`` into ``$GPT2NP_HOME/models/124M/`` and returns that directory.
+from ``BASE/124M/<file>`` into ``$GPT2NP_HOME/models/124M/`` and returns that directory. Each file
+travels as :mod:`gpt2np.fetch` describes (resume with If-Range, retries, stall detection, the
+time bound, HTML pages refused), and counts only once it verifies:
 
-How a file travels: bytes stream (1 MiB chunks) into ``<file>.part``; an interrupted transfer
-resumes with ``Range: bytes=<size of .part>-`` (a server that answers 200 instead of 206 is
-followed from byte 0; a 206 starting elsewhere is refused and restarted). Connection errors,
-timeouts and 5xx are retried with exponential backoff, 4xx are not. Once the byte count matches
-Content-Length and the contents verify, ``.part`` is renamed into place, so a file under its
-final name is always whole. After all seven, a small manifest (``MANIFEST``, sizes of every file)
-is written last: a model whose manifest matches the files is complete and needs no network.
+* ``hparams.json`` equals the published hparams of that size;
+* ``encoder.json`` and ``vocab.bpe`` have their published SHA-256;
+* ``model.ckpt.index`` reads as a tensor bundle index (its blocks carry CRC-32Cs), one shard whose
+  tensors lie end to end and whose ``model/`` tensors hold 4 bytes per parameter of the
+  published hparams;
+* the data file has exactly the size the index gives, and every tensor its CRC-32C in the index;
+* ``checkpoint`` is a well-formed CheckpointState; ``model.ckpt.meta`` (which gpt2np never reads)
+  must arrive with a declared length, and matches the server's Content-MD5 when it sends one.
 
-Verification here: encoder.json and vocab.bpe against their published SHA-256, hparams.json
-against the published :data:`gpt2np.HPARAMS` of that size. The three checkpoint files carry
-per-tensor CRC32C checksums that the converter checks when it reads them.
+A file already under its final name is checked the same way (offline), kept if it verifies, and
+replaced if not. A file that fails is discarded and fetched once more, then DownloadError.
 
-Two processes fetching the same model serialize on a lock file in the model directory:
-``fcntl.flock`` on POSIX (released by the OS if the process dies); elsewhere an ``O_EXCL``
-lock file whose mtime the holder refreshes, taken over when older than ``STALE_LOCK_SECONDS``.
+The time bound (:mod:`gpt2np.fetch` has the details): a host name that does not resolve (how an
+offline machine usually fails), a 4xx, a TLS error or an HTML page fail on the first request; a
+server that never answers fails after about a minute, one that trickles after about a minute and
+a half; no file waits more than about 4 minutes without receiving 64 KiB.
+
+Nothing that looks like a model appears before everything verified: the files are fetched into
+``models/.124M.partial/``, which becomes ``models/124M/`` by one rename once all seven verified
+and the manifest (``.gpt2np-complete.json``, every file's size) is written in it. A failed or
+interrupted call leaves only that hidden staging directory, which the next call resumes. A model
+whose manifest matches its files is complete and needs no network. (Repairing an existing
+directory replaces its bad files one by one, each atomically, and writes the manifest last.)
+
+Two processes fetching the same model serialize on a lock beside it, ``models/.124M.lock``:
+``fcntl.flock`` on POSIX (released by the OS if the process dies); elsewhere an ``O_EXCL`` lock
+file whose mtime the holder refreshes, taken over when older than ``STALE_LOCK_SECONDS``.
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
+import functools
 import json
 import os
 import pathlib
+import shutil
 import sys
 import threading
 import time
 from typing import Optional, Union
 
-import requests
-from tqdm import tqdm
-
+from . import fetch as _fetch
 from . import hparams as _hparams
-from .errors import DownloadError
+from .errors import CheckpointError, DownloadError
 from .paths import home_dir
+from .progress import show_progress, tqdm
+from .release_checks import (
+    check_checkpoint_state,
+    check_data,
+    check_hparams,
+    check_index,
+    index_extent,
+)
 from .tokenizer import ENCODER_JSON_SHA256, VOCAB_BPE_SHA256
 
 try:
@@ -45,10 +67,19 @@ try:
 except ImportError:  # Windows: fall back to an O_EXCL lock file
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["DEFAULT_BASE_URL", "MODEL_FILES", "download", "model_dir", "resolve_name"]
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "MODEL_FILES",
+    "check_complete",
+    "download",
+    "missing_files",
+    "model_dir",
+    "resolve_name",
+]
 
 DEFAULT_BASE_URL = "https://openaipublic.blob.core.windows.net/gpt-2/models"
-#: Small files first, so a wrong name or base URL fails before the 0.5-6 GB data file.
+#: Small files first, so a wrong name or base URL fails before the 0.5-6 GB data file; the index
+#: before the data file, which is checked against it.
 MODEL_FILES = (
     "hparams.json",
     "encoder.json",
@@ -58,6 +89,7 @@ MODEL_FILES = (
     "model.ckpt.meta",
     "model.ckpt.data-00000-of-00001",
 )
+DATA_FILE, INDEX_FILE = "model.ckpt.data-00000-of-00001", "model.ckpt.index"
 #: OpenAI renamed 117M/345M to 124M/355M (the parameter counts were miscounted at first). The
 #: bucket serves the new names, so an alias downloads into, and from, the canonical name.
 ALIASES = {"117M": "124M", "345M": "355M"}
@@ -67,17 +99,10 @@ KNOWN_NAMES = tuple(_hparams.MODEL_NAMES) + tuple(ALIASES)
 SHA256_PINS = {"encoder.json": ENCODER_JSON_SHA256, "vocab.bpe": VOCAB_BPE_SHA256}
 
 MANIFEST = ".gpt2np-complete.json"
-LOCK_FILE = ".gpt2np-download.lock"
-CHUNK_SIZE = 1 << 20
-TIMEOUT = (10.0, 60.0)  # (connect, read) seconds; read = longest silence between two chunks
-ATTEMPTS = 5  # tries per file in a row without progress; an attempt that made progress resets it
-BACKOFF_SECONDS = 0.5  # sleep BACKOFF_SECONDS * 2**k before retry k (0.5, 1, 2, 4, 8 s)
+MANIFEST_VERSION = 2  # manifests before 2 were written without verifying: checked again once
+LEGACY_LOCK = ".gpt2np-download.lock"  # where versions before 2 kept the lock: in the model dir
 STALE_LOCK_SECONDS = 120.0  # O_EXCL fallback only: the holder refreshes the mtime 4x as often
 LOCK_POLL_SECONDS = 0.5  # O_EXCL fallback only
-
-
-class _Transient(Exception):
-    """A failure worth retrying: connection error, timeout, 5xx, short or misplaced body."""
 
 
 def resolve_name(name: str) -> str:
@@ -99,6 +124,16 @@ def model_dir(name: str, models_dir: Union[str, os.PathLike, None] = None) -> pa
     return pathlib.Path(models_dir).expanduser() / resolve_name(name)
 
 
+def staging_dir(directory: pathlib.Path) -> pathlib.Path:
+    """Where the files of ``directory`` are fetched and verified: ``.<name>.partial`` beside it."""
+    return directory.with_name(f".{directory.name}.partial")
+
+
+def lock_path(directory: pathlib.Path) -> pathlib.Path:
+    """The lock serializing downloads into ``directory``: ``.<name>.lock`` beside it."""
+    return directory.with_name(f".{directory.name}.lock")
+
+
 def download(
     name: str,
     models_dir: Union[str, os.PathLike, None] = None,
@@ -110,228 +145,217 @@ def download(
     name: "124M", "355M", "774M", "1558M" (or the old aliases "117M", "345M").
     models_dir: parent directory; the files go to ``models_dir/<name>/``
         (default ``$GPT2NP_HOME/models``, GPT2NP_HOME defaulting to ``~/.cache/gpt2np``).
-    progress: one tqdm bar per file on stderr; None shows them only when stderr is a terminal.
+    progress: True shows a bar per file (tqdm.auto: a widget in Jupyter) and notices of retries
+        on stderr; False shows nothing; None (default) shows them when stderr is a terminal or
+        in a notebook.
     base_url: overrides ``$GPT2NP_BASE_URL``, which overrides :data:`DEFAULT_BASE_URL`.
 
     Raises ValueError for an unknown name or a models_dir that is (or lies under) a file, and
     :class:`gpt2np.DownloadError` (naming the URL and file) when a file cannot be fetched, saved
-    or verified; no bad file is left in place.
+    or verified; no bad file is left under a release file's name, and no directory that passes
+    for a model. How long a dead or misbehaving network can hold a call: :mod:`gpt2np.fetch`.
     """
     name = resolve_name(name)
     directory = model_dir(name, models_dir)
     base = (base_url or os.environ.get("GPT2NP_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-    if progress is None:
-        progress = sys.stderr is not None and sys.stderr.isatty()
+    shown = show_progress(progress)
     if _is_complete(directory):
         return directory
-    _make_dir(directory)
-    with _Lock(directory / LOCK_FILE, notify=bool(progress)):
+    _make_parent(directory)
+    with _Lock(lock_path(directory), notify=shown):
         if not _is_complete(directory):  # someone else may have finished while we waited
-            _download_missing(name, directory, base, bool(progress))
+            _fetch_release(name, directory, base, shown)
     return directory
 
 
-def _make_dir(directory: pathlib.Path) -> None:
-    """mkdir -p, with a ValueError when a file stands where a directory must go (the caller's
-    models_dir, or something in it) and a DownloadError for any other reason it fails."""
+def missing_files(directory: Union[str, os.PathLike]) -> list[str]:
+    """The release files that ``directory`` lacks (absent, empty, or not a regular file), in
+    :data:`MODEL_FILES` order; [] when all seven are there. Looks at names and sizes only."""
+    directory = pathlib.Path(directory)
+    return [f for f in MODEL_FILES if not _nonempty_file(directory / f)]
+
+
+def check_complete(directory: Union[str, os.PathLike]) -> pathlib.Path:
+    """``directory`` if it holds all seven release files, else a CheckpointError naming what is
+    missing and how to get it (resume the download, or copy the files by hand)."""
+    directory = pathlib.Path(directory)
+    missing = missing_files(directory)
+    if not missing:
+        return directory
+    what = "has none of" if len(missing) == len(MODEL_FILES) else "lacks"
+    message = f"{directory} is not a complete GPT-2 release: it {what} {', '.join(missing)}."
+    if directory.name in _hparams.MODEL_NAMES:
+        name, parent = directory.name, directory.parent
+        call, command = f"gpt2np.download({name!r}", f"gpt2np download {name}"
+        if parent.expanduser().absolute() != (home_dir() / "models").absolute():
+            call, command = (
+                f"{call}, models_dir={str(parent)!r}",
+                f"{command} --models-dir {parent}",
+            )
+        message += (
+            f" {call}) (or `{command}`) fetches what is missing, keeping the files that verify"
+        )
+        if staging_dir(directory).is_dir():
+            message += f" and resuming the interrupted download in {staging_dir(directory)}"
+        message += "."
+    else:
+        message += f" Copy them from OpenAI's release ({DEFAULT_BASE_URL}/<size>/<file>)."
+    raise CheckpointError(message)
+
+
+def _nonempty_file(path: pathlib.Path) -> bool:
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError) as e:
-        blocker = next(p for p in (directory, *directory.parents) if os.path.lexists(p))
-        raise ValueError(
-            f"cannot put the model files in {directory}: {blocker} is not a directory"
-        ) from e
+        return path.is_file() and path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+def _make_parent(directory: pathlib.Path) -> None:
+    """mkdir -p the models dir, with a ValueError when a file stands where a directory must go
+    (the caller's models_dir, something in it, or the model's own name) and a DownloadError for
+    any other reason it fails."""
+    blocker = next((p for p in (directory, *directory.parents) if os.path.lexists(p)), None)
+    if blocker is not None and not blocker.is_dir():
+        raise ValueError(f"cannot put the model files in {directory}: {blocker} is not a directory")
+    try:
+        directory.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:  # permissions, a read-only or full file system
         raise DownloadError(f"could not create {directory}: {e}") from e
 
 
 def _is_complete(directory: pathlib.Path) -> bool:
-    """True if the manifest exists and every file has the size it records."""
+    """True if a current manifest exists and every file has the size it records. The manifest
+    is written only once every file verified, so this needs no network and reads no data."""
     sizes = _read_manifest(directory)
     try:
-        return all((directory / f).stat().st_size == sizes.get(f) for f in MODEL_FILES)
+        return all(
+            (directory / f).is_file() and (directory / f).stat().st_size == sizes.get(f)
+            for f in MODEL_FILES
+        )
     except OSError:
         return False
 
 
-def _download_missing(name: str, directory: pathlib.Path, base: str, progress: bool) -> None:
-    """Fetch every file not already in place, then write the manifest (last, atomically)."""
-    old = _read_manifest(directory)
-    (directory / MANIFEST).unlink(missing_ok=True)
-    with requests.Session() as session:
-        session.headers["User-Agent"] = "gpt2np"
-        # Byte offsets in Range and Content-Length must mean the file's bytes, not gzip's.
-        session.headers["Accept-Encoding"] = "identity"
-        for fname in MODEL_FILES:
-            dest, url = directory / fname, f"{base}/{name}/{fname}"
-            if dest.exists() and _keep_existing(name, dest, old.get(fname)):
-                continue
-            dest.unlink(missing_ok=True)
-            part = dest.with_name(fname + ".part")
-            try:
-                _fetch(session, url, part, progress)
-            except _Transient as e:
-                raise DownloadError(_no_network_message(url, name, directory, base, e)) from e
-            except DownloadError:
-                raise
-            except OSError as e:  # our side: a full disk, a read-only directory
-                raise DownloadError(f"could not save {fname} from {url} in {part}: {e}") from e
-            reason = _check(name, fname, part)
-            if reason:
-                part.unlink(missing_ok=True)
-                raise DownloadError(f"{fname} from {url} failed verification: {reason}")
-            os.replace(part, dest)
-    sizes = {f: (directory / f).stat().st_size for f in MODEL_FILES}
-    _write_atomic(directory / MANIFEST, json.dumps({"base_url": base, "sizes": sizes}, indent=1))
-
-
 def _read_manifest(directory: pathlib.Path) -> dict:
-    """{file: size} from the manifest, or {} if there is none (or it is unreadable)."""
+    """{file: size} from a current manifest, or {} (none, unreadable, or from before 2)."""
     try:
-        sizes = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))["sizes"]
+        manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
+        sizes = manifest["sizes"] if manifest.get("version") == MANIFEST_VERSION else {}
         return sizes if isinstance(sizes, dict) else {}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return {}
 
 
-def _keep_existing(name: str, dest: pathlib.Path, recorded_size: Optional[int]) -> bool:
-    """A file already under its final name was renamed in whole (by us, or copied by the user).
-
-    Keep it unless it contradicts the old manifest's size or fails the checks we can make offline.
-    """
-    if recorded_size is not None and dest.stat().st_size != recorded_size:
-        return False
-    return _check(name, dest.name, dest) is None
-
-
-def _check(name: str, fname: str, path: pathlib.Path) -> Optional[str]:
-    """Why the contents of ``path`` (release file ``fname``) are wrong, or None if they verify."""
+def _remote(
+    name: str, fname: str, base: str, dest: pathlib.Path, index: pathlib.Path
+) -> _fetch.RemoteFile:
+    """What release file ``fname`` must be (the data file: as the verified ``index`` says)."""
+    url, size, digests, verify = f"{base}/{name}/{fname}", None, {}, None
+    published = _hparams.HPARAMS[name]
     if fname in SHA256_PINS:
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        if digest != SHA256_PINS[fname]:
-            return f"SHA-256 is {digest}, expected {SHA256_PINS[fname]}"
-    if fname == "hparams.json":
-        try:
-            got = _hparams.HParams.from_json(path)
-        except (ValueError, TypeError, RecursionError) as e:  # RecursionError: deep nesting
-            return f"not a valid hparams.json ({e})"
-        if got != _hparams.HPARAMS[name]:
-            return f"hparams {got} differ from the published {name} {_hparams.HPARAMS[name]}"
-    return None
+        digests = {"sha256": SHA256_PINS[fname]}
+    elif fname == "hparams.json":
+        verify = functools.partial(check_hparams, expected=published, name=name)
+    elif fname == "checkpoint":
+        verify = check_checkpoint_state
+    elif fname == INDEX_FILE:
+        verify = functools.partial(check_index, hparams=published, name=name)
+    elif fname == DATA_FILE:
+        size, verify = index_extent(index), functools.partial(check_data, index=index)
+    return _fetch.RemoteFile(url, dest, size=size, digests=digests, verify=verify)
 
 
-def _no_network_message(url: str, name: str, directory: pathlib.Path, base: str, err) -> str:
-    return (
-        f"could not download {url.rsplit('/', 1)[1]} from {url} "
-        f"({ATTEMPTS} attempts in a row failed): {err}\n"
-        f"Without network access, copy the seven files of GPT-2 {name} "
-        f"({', '.join(sorted(MODEL_FILES))}) from another machine into {directory}{os.sep} "
-        f"(they are served at {base}/{name}/<file>), then call again."
-    )
-
-
-def _fetch(session: requests.Session, url: str, part: pathlib.Path, progress: bool) -> None:
-    """Fill ``part`` with the whole body of ``url``, resuming and retrying as needed."""
-    failures = 0
-    while True:
-        before = part.stat().st_size if part.exists() else 0
-        try:
-            if _fetch_once(session, url, part, before, progress):
-                return
-            error: Exception = _Transient("connection closed before the end of the file")
-        except _Transient as e:
-            error = e
-        after = part.stat().st_size if part.exists() else 0
-        failures = 1 if after > before else failures + 1
-        if failures >= ATTEMPTS:
-            raise error
-        time.sleep(BACKOFF_SECONDS * 2 ** (failures - 1))
-
-
-def _fetch_once(
-    session: requests.Session, url: str, part: pathlib.Path, offset: int, progress: bool
-) -> bool:
-    """One request appending to ``part`` from ``offset``; True once ``part`` is complete."""
-    headers = {"Range": f"bytes={offset}-"} if offset else {}
-    fname = part.name[: -len(".part")]
+def _fetch_release(name: str, directory: pathlib.Path, base: str, shown: bool) -> None:
+    """Verify what is there, fetch the rest into the staging dir, then install it all."""
+    staging = staging_dir(directory)
     try:
-        resp = session.get(url, headers=headers, stream=True, timeout=TIMEOUT)
-    except (requests.ConnectionError, requests.Timeout) as e:
-        raise _Transient(e) from e
-    except requests.RequestException as e:  # a malformed URL, too many redirects: final
-        raise DownloadError(f"could not download {fname} from {url}: {e}") from e
-    with resp:
-        status = resp.status_code
-        if status == 416 and offset:  # .part already holds everything, or more than there is
-            if _content_range_total(resp.headers.get("Content-Range")) == offset:
-                return True
-            part.unlink()
-            raise _Transient(f"HTTP 416 for bytes {offset}-; restarting from 0")
-        if status >= 500:
-            raise _Transient(f"HTTP {status} {resp.reason}")
-        if status not in (200, 206):
-            raise DownloadError(
-                f"could not download {fname} from {url}: HTTP {status} {resp.reason}"
-            )
-        if status == 206:
-            start, total = _content_range(resp.headers.get("Content-Range"))
-            if start != offset:
-                part.unlink()
-                raise _Transient(f"asked for byte {offset}, server sent from {start}; restarting")
-        else:  # 200: the whole file, whether or not we asked for a range
-            offset, total = 0, _int_or_none(resp.headers.get("Content-Length"))
-        _stream(resp, part, offset, total, progress)
-    size = part.stat().st_size
-    if total is not None and size > total:
-        part.unlink()
-        raise _Transient(f"received {size} bytes, more than Content-Length {total}; restarting")
-    return total is None or size == total
+        staging.mkdir(exist_ok=True)
+    except OSError as e:
+        raise DownloadError(f"could not create {staging}: {e}") from e
+    verified: dict[str, pathlib.Path] = {}
+    try:
+        _fetch_into(name, directory, staging, base, shown, verified)
+        _install(directory, staging, verified, base)
+    except DownloadError:
+        raise
+    except OSError as e:  # our side: reading a file to check it, a rename, a full disk
+        raise DownloadError(f"could not install GPT-2 {name} in {directory}: {e}") from e
+    finally:
+        with contextlib.suppress(OSError):  # nothing to resume: leave nothing behind
+            staging.rmdir()
 
 
-def _stream(
-    resp: requests.Response, part: pathlib.Path, offset: int, total: Optional[int], progress: bool
+def _fetch_into(
+    name: str, directory: pathlib.Path, staging: pathlib.Path, base: str, shown: bool, verified
 ) -> None:
-    """Append the body to ``part`` (truncating it first when ``offset`` is 0)."""
-    bar = tqdm(
-        total=total, initial=offset, desc=part.name[: -len(".part")], unit="B", unit_scale=True,
-        unit_divisor=1024, disable=not progress, file=sys.stderr, dynamic_ncols=True,
-    )  # fmt: skip
-    with bar, open(part, "ab" if offset else "wb") as f:
+    """Fill ``verified`` with the path of each release file that verifies: in ``directory``
+    if it was already there, else fetched into ``staging``."""
+    with _fetch.new_session() as session:
+        for fname in MODEL_FILES:
+            index = verified.get(INDEX_FILE, staging / INDEX_FILE)
+            final, staged = directory / fname, staging / fname
+            remote = _remote(name, fname, base, staged, index)
+            for existing in (final, staged):  # the final name first: nothing to move then
+                if not existing.is_file():
+                    continue
+                reason = _fetch.check(remote, existing)
+                if reason is None:
+                    verified[fname] = existing
+                    break
+                if shown:
+                    tqdm.write(f"{existing} is wrong ({reason}): replacing it", file=sys.stderr)
+                existing.unlink()
+            if fname not in verified:
+                try:
+                    _fetch.fetch(remote, session, shown)
+                except _fetch.Unreachable as e:
+                    raise DownloadError(_offline_help(str(e), name, directory, base)) from e
+                verified[fname] = staged
+
+
+def _install(directory: pathlib.Path, staging: pathlib.Path, verified: dict, base: str) -> None:
+    """Put the staged files under their final names, the manifest last."""
+    sizes = {f: verified[f].stat().st_size for f in MODEL_FILES}
+    manifest = json.dumps({"version": MANIFEST_VERSION, "base_url": base, "sizes": sizes})
+    shutil.rmtree(staging / _fetch.INCOMING, ignore_errors=True)  # of files found elsewhere
+    leftovers = [LEGACY_LOCK, *(f + ".part" for f in MODEL_FILES)]  # of versions before 2
+    if directory.is_dir() and all(path.parent == staging for path in verified.values()):
+        for stale in [*leftovers, MANIFEST]:
+            (directory / stale).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # empty now? Then it can appear whole, as below
+            directory.rmdir()
+    if not directory.exists():
+        _write_atomic(staging / MANIFEST, manifest)
         try:
-            for chunk in resp.iter_content(CHUNK_SIZE):
-                f.write(chunk)
-                bar.update(len(chunk))
-        except requests.RequestException as e:  # cut connection, read timeout, bad chunk
-            raise _Transient(e) from e
+            os.rename(staging, directory)  # the model appears whole, or not at all
+            _fetch._fsync_dir(directory.parent)
+            return
+        except OSError:  # created meanwhile by someone else: fill it file by file
+            (staging / MANIFEST).unlink()
+    for fname, path in verified.items():
+        if path.parent == staging:
+            os.replace(path, directory / fname)
+    for stale in leftovers:
+        (directory / stale).unlink(missing_ok=True)
+    _fetch._fsync_dir(directory)
+    _write_atomic(directory / MANIFEST, manifest)
+    shutil.rmtree(staging, ignore_errors=True)
 
 
-def _content_range(value: Optional[str]) -> tuple:
-    """``bytes START-END/TOTAL`` (or ``bytes */TOTAL``) -> (START or None, TOTAL or None)."""
-    try:
-        unit, spec = value.split(" ", 1)
-        if unit != "bytes":
-            raise ValueError(unit)
-        span, total = spec.split("/")
-        start = None if span == "*" else int(span.split("-")[0])
-        return start, (None if total == "*" else int(total))
-    except (AttributeError, ValueError):
-        raise _Transient(f"unreadable Content-Range {value!r}") from None
-
-
-def _content_range_total(value: Optional[str]) -> Optional[int]:
-    try:
-        return _content_range(value)[1]
-    except _Transient:
-        return None
-
-
-def _int_or_none(value: Optional[str]) -> Optional[int]:
-    return int(value) if value is not None and value.isdigit() else None
+def _offline_help(error: str, name: str, directory: pathlib.Path, base: str) -> str:
+    return (
+        f"{error}\nWithout network access, copy the seven files of GPT-2 {name} "
+        f"({', '.join(sorted(MODEL_FILES))}) from another machine into {directory}{os.sep} "
+        f"(they are served at {base}/{name}/<file>), then call again: they are verified offline."
+    )
 
 
 def _write_atomic(path: pathlib.Path, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -347,15 +371,20 @@ class _Lock:
         self._stop = threading.Event()
 
     def __enter__(self) -> _Lock:
-        if self.use_fcntl:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                self._waiting()
-                fcntl.flock(self._fd, fcntl.LOCK_EX)
-        else:
-            self._acquire_excl()
+        try:
+            if self.use_fcntl:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    self._waiting()
+                    fcntl.flock(self._fd, fcntl.LOCK_EX)
+            else:
+                self._acquire_excl()
+        except OSError as e:  # a read-only models dir, say
+            if self._fd is not None:
+                os.close(self._fd)
+            raise DownloadError(f"could not take the download lock {self.path}: {e}") from e
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -367,7 +396,7 @@ class _Lock:
 
     def _waiting(self) -> None:
         if self.notify:
-            print(f"waiting for another download into {self.path.parent} ...", file=sys.stderr)
+            print(f"waiting for another download ({self.path}) ...", file=sys.stderr)
 
     def _acquire_excl(self) -> None:
         told = False
