@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -154,3 +155,16 @@ def test_served_hparams_really_are_checked(home, monkeypatch) -> None:
         with pytest.raises(gpt2np.DownloadError, match="published 124M"):
             gpt2np.load("124M")
     assert json.loads((SMALL / "hparams.json").read_text())["n_embd"] == 16
+
+
+def test_an_interrupted_download_directory_says_what_is_missing_and_how_to_resume(tmp_path):
+    """A models/124M that lost its data file (an interrupted copy, a failed download of an older
+    version) is named as an incomplete release with the command that resumes it."""
+    d = tmp_path / "models" / "124M"
+    shutil.copytree(SMALL, d)
+    (d / "model.ckpt.data-00000-of-00001").unlink()
+    with pytest.raises(
+        gpt2np.CheckpointError, match=r"lacks .*model\.ckpt\.data-00000-of-00001"
+    ) as e:
+        gpt2np.load(d)
+    assert "gpt2np.download('124M'" in str(e.value) and str(tmp_path / "models") in str(e.value)

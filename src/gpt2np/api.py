@@ -22,9 +22,10 @@ import numpy as np
 
 from . import generation
 from .checkpoint import load_dir, save_dir
-from .download import KNOWN_NAMES, download
+from .download import KNOWN_NAMES, check_complete, download, missing_files
 from .errors import CheckpointError
 from .gpt2 import GPT2
+from .hparams import HPARAMS
 from .tokenizer import Tokenizer
 
 __all__ = ["generate", "load", "save"]
@@ -63,7 +64,11 @@ def load(
         raise ValueError(f"load() needs a model name or a path, got {name_or_path!r}")
     path = pathlib.Path(text).expanduser()
     if path.exists():
-        return _model(load_dir(path, cache_dir, use_cache), dtype, fast)
+        try:
+            return _model(load_dir(path, cache_dir, use_cache), dtype, fast)
+        except CheckpointError as e:
+            _raise_if_incomplete_release(path, e)
+            raise
     if isinstance(name_or_path, str) and text in KNOWN_NAMES:
         directory = download(text, models_dir=models_dir, progress=progress)
         try:
@@ -79,6 +84,23 @@ def load(
         f"{text!r} is neither an existing path nor a known model name "
         f"(known names: {', '.join(KNOWN_NAMES)})"
     )
+
+
+def _raise_if_incomplete_release(path: pathlib.Path, error: CheckpointError) -> None:
+    """A download directory (named after a size, as ``gpt2np.download`` makes them) lacking a
+    file that loading needs: say what is missing and how to resume, rather than what failed to
+    parse. Any other directory, or any other failure (a CRC mismatch), keeps its own message."""
+    if not path.is_dir() or path.name not in HPARAMS or (path / "config.json").exists():
+        return
+    if set(missing_files(path)) & _NEEDED_TO_LOAD:
+        try:
+            check_complete(path)
+        except CheckpointError as incomplete:
+            raise incomplete from error
+
+
+#: The release files a load reads (the .meta graph and the checkpoint state file are not needed).
+_NEEDED_TO_LOAD = {"hparams.json", "model.ckpt.index", "model.ckpt.data-00000-of-00001"}
 
 
 def _model(checkpoint: Any, dtype: Any, fast: bool) -> GPT2:

@@ -337,7 +337,7 @@ def _add_info(sub: Any) -> None:
 
 def run_info(args: argparse.Namespace) -> int:
     from .checkpoint.cache import default_cache_dir
-    from .download import MODEL_FILES, model_dir, resolve_name
+    from .download import missing_files, model_dir, resolve_name
     from .hparams import HPARAMS
 
     path = pathlib.Path(args.model).expanduser()
@@ -347,7 +347,7 @@ def run_info(args: argparse.Namespace) -> int:
     else:
         name = resolve_name(args.model)  # ValueError naming the known names
         directory = model_dir(name)
-        present = all((directory / f).is_file() for f in MODEL_FILES)
+        present = not missing_files(directory)
         hparams, dtype = HPARAMS[name], "float32 (as released)"
         where = f"{directory}" + ("" if present else " (not downloaded)")
     print(f"model       {args.model}")
