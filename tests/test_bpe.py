@@ -164,3 +164,22 @@ def test_cut_points_on_examples() -> None:
     assert list(bpe.split_text("a\u3000b", 1)) == ["a", "\u3000b"]  # any \s, not just " "
     assert list(bpe.split_text("", 5)) == [""]
     assert bpe.last_cut("ab cd  ") == 5 and bpe.last_cut("abc") == 0
+
+
+def test_the_ascii_pattern_reads_ascii_as_the_pattern_does() -> None:
+    """Character classes first, then the pattern on every ASCII text hypothesis finds."""
+    for c in map(chr, range(128)):
+        assert (c in bpe._ASCII_SPACE) == bool(regex.match(r"\s", c)), hex(ord(c))
+        assert c.isascii() and bool(regex.match(r"\p{L}", c)) == (c.isalpha()), hex(ord(c))
+        assert bool(regex.match(r"\p{N}", c)) == (c in "0123456789"), hex(ord(c))
+
+
+@SETTINGS
+@given(
+    st.text(alphabet=st.characters(max_codepoint=127))
+    | st.text(alphabet=" \t\n\x0b\x0c\r\x1c\x1f'sdmtlvre0aA!")
+)
+def test_pretokenize_is_the_pattern(text: str) -> None:
+    assert text.isascii()
+    assert bpe.pretokenize(text) == OPENAI_PATTERN.findall(text) == bpe.PATTERN.findall(text)
+    assert bpe.pretokenize(text + "é") == OPENAI_PATTERN.findall(text + "é")

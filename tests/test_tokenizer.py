@@ -649,6 +649,7 @@ def test_encode_stream_equals_encode_of_the_joined_text(
     pair); small parts force many cuts."""
     text = "".join(parts)
     with pytest.MonkeyPatch().context() as m:
+        m.setattr(tokenizer_module, "READ_CHARS", part_chars)
         m.setattr(tokenizer_module, "PART_CHARS", part_chars)
         streamed = list(tok.encode_stream(chunked(text, cuts), allowed_special="all"))
         ordinary = list(tok.encode_stream(chunked(text, cuts), disallowed_special=()))
@@ -658,7 +659,7 @@ def test_encode_stream_equals_encode_of_the_joined_text(
 
 
 def test_encode_stream_reads_files_in_blocks(tok: Tokenizer, monkeypatch) -> None:
-    monkeypatch.setattr(tokenizer_module, "PART_CHARS", 50)
+    monkeypatch.setattr(tokenizer_module, "READ_CHARS", 50)
     text = "".join(case for case in ["Hello world. " * 40, "東京" * 100, " end\n"])
     reads = []
     file = io.StringIO(text)
@@ -670,7 +671,7 @@ def test_encode_stream_reads_files_in_blocks(tok: Tokenizer, monkeypatch) -> Non
 
 
 def test_encode_stream_refuses_disallowed_special_tokens(tok: Tokenizer, monkeypatch) -> None:
-    monkeypatch.setattr(tokenizer_module, "PART_CHARS", 8)
+    monkeypatch.setattr(tokenizer_module, "READ_CHARS", 8)
     chunks = ["first words here, ", "then <|endof", "text|> and more"]
     out = tok.encode_stream(chunks)
     first = next(out)  # the text before it is encoded and handed out first
@@ -699,7 +700,7 @@ def test_encode_stream_bad_arguments(tok: Tokenizer) -> None:
 
 
 def test_encode_stream_without_whitespace_holds_text_until_the_end(tok: Tokenizer, monkeypatch):
-    monkeypatch.setattr(tokenizer_module, "PART_CHARS", 10)
+    monkeypatch.setattr(tokenizer_module, "READ_CHARS", 10)
     chunks = ["東京" * 7] * 30  # one piece of 420 characters: nowhere to cut
     assert list(tok.encode_stream(chunks)) == [tok.encode("".join(chunks))]
 

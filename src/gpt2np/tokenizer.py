@@ -36,7 +36,7 @@ from typing import Callable, Literal, Union
 import numpy as np
 import regex
 
-from .bpe import PATTERN, MergeTable, bpe_fast, bytes_to_unicode, last_cut, split_text
+from .bpe import MergeTable, bpe_fast, bytes_to_unicode, last_cut, pretokenize, split_text
 from .vocab import ENDOFTEXT, read_vocabulary
 
 __all__ = [
@@ -59,8 +59,11 @@ DATA_DIR = pathlib.Path(__file__).parent / "data"
 CACHE_SIZE = 1 << 16
 CACHE_CHARS = 1 << 20
 CACHE_MAX_CHARS = 1 << 10
-#: Characters pre-tokenised at a time (more, when no cut point comes sooner).
-PART_CHARS = 1 << 16
+#: Characters pre-tokenised at a time (more, when no cut point comes sooner). Small parts keep
+#: a stray non-ASCII character from sending much text past the faster ASCII pattern.
+PART_CHARS = 1 << 11
+#: Characters read at a time from a file given to encode_stream.
+READ_CHARS = 1 << 16
 
 Ids = Union[Iterable[int], np.ndarray]
 SpecialSet = Union[Literal["all"], Collection[str]]
@@ -131,6 +134,7 @@ class Tokenizer:
         self._table = MergeTable.build(merges, encoder)
         byte_to_symbol = bytes_to_unicode()
         self._byte_ids = [encoder[byte_to_symbol[b]] for b in range(256)]
+        self._byte_table = bytes(self._byte_ids) if max(self._byte_ids) < 256 else None
         # id -> bytes, for decoding. Special tokens decode to their own text, as in tiktoken.
         to_latin1 = str.maketrans({s: chr(b) for b, s in byte_to_symbol.items()})
         self._token_bytes = [b""] * len(encoder)
@@ -253,7 +257,7 @@ class Tokenizer:
         memory: yields lists of ids whose concatenation is ``encode("".join(chunks))``.
 
         A chunk may end anywhere, even inside a word: text is held back until a place where
-        the pre-tokeniser always cuts, then encoded about :data:`PART_CHARS` characters at a
+        the pre-tokeniser always cuts, then encoded about :data:`READ_CHARS` characters at a
         time. A file object is read in blocks of that size, not by lines. Memory grows only
         with the longest stretch of text without whitespace. A disallowed special token raises
         ValueError when it is reached, after the ids before it have been yielded.
@@ -270,7 +274,7 @@ class Tokenizer:
                 " (use encode() for one str)"
             )
         if hasattr(chunks, "read"):
-            chunks = iter(functools.partial(chunks.read, PART_CHARS), "")  # type: ignore[union-attr]
+            chunks = iter(functools.partial(chunks.read, READ_CHARS), "")  # type: ignore[union-attr]
         allowed, disallowed = self._specials(allowed_special, disallowed_special)
         return self._stream(chunks, allowed, disallowed)
 
@@ -286,7 +290,7 @@ class Tokenizer:
             _check_text(chunk, "each chunk")
             held.append(chunk)
             size += len(chunk)
-            if size < max(PART_CHARS, 2 * searched):  # doubling: no quadratic re-joining
+            if size < max(READ_CHARS, 2 * searched):  # doubling: no quadratic re-joining
                 continue
             text = "".join(held)
             cut = last_cut(text, max(searched - 1, 0))
@@ -338,16 +342,20 @@ class Tokenizer:
         for part in split_text(text, PART_CHARS):
             done = len(ids)
             try:
-                ids += itertools.chain.from_iterable(map(lookup, PATTERN.findall(part)))
+                ids += itertools.chain.from_iterable(map(lookup, pretokenize(part)))
             except UnicodeEncodeError:  # lone surrogates: see the module docstring
                 del ids[done:]
                 part = _replace_surrogates(part)
-                ids += itertools.chain.from_iterable(map(lookup, PATTERN.findall(part)))
+                ids += itertools.chain.from_iterable(map(lookup, pretokenize(part)))
         return ids
 
     def _encode_piece(self, piece: str) -> tuple[int, ...]:
         """BPE of one pre-tokenised piece (the cache's miss handler)."""
-        return tuple(bpe_fast(list(map(self._byte_ids.__getitem__, piece.encode())), self._table))
+        if self._byte_table is not None:  # bytes -> their tokens' ids in one C call
+            ids = list(piece.encode().translate(self._byte_table))
+        else:
+            ids = list(map(self._byte_ids.__getitem__, piece.encode()))
+        return tuple(bpe_fast(ids, self._table))
 
     # -- decoding -------------------------------------------------------------------------
 
