@@ -391,10 +391,24 @@ def test_piece_cache_stays_bounded_in_pieces(monkeypatch: pytest.MonkeyPatch) ->
     ids = tok.encode(text)
     assert 0 < len(learned(tok)) <= 8
     assert len(tok._cache) <= len(tok._cache._whole) + 8
+    assert len(tok._cache._older) <= len(tok._cache._whole) + 8  # the previous generation
     assert "z" * 2000 not in tok._cache  # longer than CACHE_MAX_CHARS: never kept
     assert tok.encode(text) == ids  # after starting afresh, the same answer
     monkeypatch.setattr(tokenizer_module, "CACHE_SIZE", 1 << 16)
     assert Tokenizer().encode(text) == ids
+
+
+def test_pieces_of_the_older_generation_are_not_encoded_again(monkeypatch) -> None:
+    monkeypatch.setattr(tokenizer_module, "CACHE_SIZE", 4)
+    tok = Tokenizer()
+    encoded = []
+    real = tok._cache._encode
+    tok._cache._encode = lambda piece: encoded.append(piece) or real(piece)
+    words = [" zqxa", " zqxb", " zqxc", " zqxd", " zqxe"]  # five new pieces: one reset
+    ids = tok.encode("".join(words))
+    assert encoded == words and set(tok._cache._older) >= set(words[:4])
+    assert tok.encode("".join(words)) == ids
+    assert encoded == words  # the first four came back from the older generation
 
 
 def test_piece_cache_stays_bounded_in_characters(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -54,8 +54,10 @@ VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726
 DATA_DIR = pathlib.Path(__file__).parent / "data"
 
 # Encoded pieces are cached (English repeats the same words), within two bounds: CACHE_SIZE
-# pieces and CACHE_CHARS characters of pieces in all; when either is reached it starts afresh.
-# A piece longer than CACHE_MAX_CHARS is not kept, so one huge piece cannot flush the rest.
+# pieces and CACHE_CHARS characters of pieces. When either is reached the cache starts afresh
+# and keeps the full one as an older generation, which refills it as its pieces come back: the
+# pieces still in use survive, and memory stays under twice the bounds. A piece longer than
+# CACHE_MAX_CHARS is not kept, so one huge piece cannot flush the rest.
 CACHE_SIZE = 1 << 16
 CACHE_CHARS = 1 << 20
 CACHE_MAX_CHARS = 1 << 10
@@ -76,27 +78,23 @@ class InvalidTokenError(ValueError, KeyError):
 
 
 class _PieceCache(dict):
-    """piece -> its ids (a tuple); a missing piece is encoded and remembered.
-
-    It starts from ``whole``, the pieces that are one token, and returns to it when full.
-    """
+    """piece -> its ids (a tuple); a missing piece is taken from the older generation or
+    encoded, and remembered. It starts from ``whole``, the pieces that are one token."""
 
     def __init__(self, whole: dict[str, tuple[int, ...]], encode: Callable) -> None:
         super().__init__(whole)
         self._whole, self._encode = whole, encode
-        self._room = self._chars = 0
-        self._reset()
-
-    def _reset(self) -> None:
-        self.clear()
-        self.update(self._whole)
+        self._older: dict[str, tuple[int, ...]] = {}
         self._room, self._chars = CACHE_SIZE, CACHE_CHARS
 
     def __missing__(self, piece: str) -> tuple[int, ...]:
-        ids = self._encode(piece)
+        ids = self._older.get(piece) or self._encode(piece)
         if len(piece) <= CACHE_MAX_CHARS:
             if self._room == 0 or self._chars < len(piece):
-                self._reset()
+                self._older = dict(self)
+                self.clear()
+                self.update(self._whole)
+                self._room, self._chars = CACHE_SIZE, CACHE_CHARS
             self[piece] = ids
             self._room -= 1
             self._chars -= len(piece)
