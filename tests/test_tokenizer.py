@@ -652,7 +652,7 @@ def chunked(text: str, cuts: list[int]) -> list[str]:
 
 @SETTINGS
 @given(
-    st.lists(st.one_of(TEXT, st.just("<|endoftext|>")), max_size=5),
+    st.lists(st.one_of(TEXT, ANY_TEXT, st.just("<|endoftext|>")), max_size=5),
     st.lists(st.integers(0, 10**6), max_size=12),
     st.integers(1, 30),
 )
@@ -692,7 +692,9 @@ def test_encode_stream_refuses_disallowed_special_tokens(tok: Tokenizer, monkeyp
     assert tok.decode(first).startswith("first")
     with pytest.raises(ValueError, match=r"<\|endoftext\|>"):
         list(out)
-    # A disallowed string holding a space can straddle a cut: still found.
+    # A disallowed string holding a space can straddle a cut, even after tiny parts: found.
+    with pytest.raises(ValueError, match="'a b c d e'"):
+        list(tok.encode_stream(["a ", "b ", "c ", "d ", "e"], disallowed_special={"a b c d e"}))
     with pytest.raises(ValueError, match="'bad word'"):
         list(
             tok.encode_stream(

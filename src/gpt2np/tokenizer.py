@@ -279,7 +279,8 @@ class Tokenizer:
     def _stream(
         self, chunks: Iterable[str], allowed: Set[str], disallowed: Set[str]
     ) -> Iterator[list[int]]:
-        # A disallowed string may straddle a cut: check each part with the end of the last one.
+        # Special tokens hold no whitespace, so none straddles a cut; a disallowed string given
+        # by the caller may: each part is checked together with the end of the one before.
         overlap = max(map(len, disallowed), default=1) - 1
         held: list[str] = []  # held[0]: text after the last cut, which holds no cut point
         size = searched = 0
@@ -296,7 +297,7 @@ class Tokenizer:
                 part, text = text[:cut], text[cut:]
                 if disallowed:
                     _refuse_disallowed(done + part, disallowed)
-                    done = part[len(part) - overlap :] if overlap else ""
+                    done = (done + part)[-overlap:] if overlap else ""
                 ids = self._encode_allowed(part, allowed)
                 if ids:
                     yield ids
