@@ -1,44 +1,83 @@
-"""Benchmark gpt2np's tokenizer against OpenAI's algorithm, HF's slow GPT2Tokenizer, tiktoken.
+"""Benchmark gpt2np's tokenizer against tiktoken: throughput, long pieces, memory on 100 MB.
 
-    /work/venv/bin/python scripts/bench_tokenizer.py [--chars 1000000] [--repeat 3]
+    python scripts/bench_tokenizer.py [--chars 1000000] [--repeat 3] [--mem-mb 100] [--baselines]
 
-Corpus (offline, deterministic for a given Python build): English prose from Python's own
-documentation — the reference-manual topics bundled in the stdlib as ``pydoc_data.topics``
-(about 0.46 MB) — followed by the docstrings of the stdlib's ``.py`` files (read with ``ast``, not
-imported, in sorted path order) until ``--chars`` characters.
+The machine is shared and noisy: compare the same-run ratios, and run the script three times.
 
-Contenders, each timed on a fresh instance (so every cache starts empty), best of ``--repeat``
-rounds taken in turn:
+**Throughput** on three corpora of ``--chars`` characters each (offline, deterministic on one
+machine), MB = 10^6 bytes of UTF-8:
 
-* ``openai-algorithm``: :class:`OpenAIAlgorithm` below, a re-implementation of the algorithm of
-  OpenAI's ``src/encoder.py`` (github.com/openai/gpt-2) written for this benchmark: per piece,
-  map bytes to symbols with a generator, run BPE on a tuple with a set of pairs and a
-  ``tuple.index`` scan, cache ``symbols -> "space separated tokens"`` without bound, split,
-  look up ids. This is the ``2x`` baseline of issue 4.
-* ``hf-slow``: ``transformers.GPT2Tokenizer`` (the pure-Python one), built from the same files.
-* ``tiktoken``: Rust, built offline from the same files; for reference only.
+* ``english``: Python's reference-manual topics (``pydoc_data.topics``, ~0.46 MB) then the
+  docstrings of the stdlib's ``.py`` files (read with ``ast``, sorted path order);
+* ``code``: the stdlib's ``.py`` sources themselves, in sorted path order (no tests);
+* ``multilingual``: the translations (msgstr) in the gettext catalogues under
+  ``/usr/share/locale`` for 16 languages (Chinese, Japanese, Korean, Russian, Arabic, Hebrew,
+  Hindi, Thai, Greek, Vietnamese, German, French, Spanish, Turkish, Georgian, Tamil), an equal
+  share of each.
 
-All contenders must produce the same ids, or the script exits with an error.
+``cold``: a fresh instance's first encode (gpt2np's piece cache empty); ``warm``: the same
+instance again. Each contender is built outside the timing; rounds alternate contenders so a
+change in machine load hits all alike; best of ``--repeat``. All must produce the same ids.
+Times are CPU seconds of this process (every contender encodes in the calling thread), which
+other processes on a shared machine disturb less than wall time.
+
+**Long pieces**: one pre-tokeniser piece of 8,000 and 32,000 CJK characters (Chinese letters
+from the zh_CN catalogues, else seeded random ones), 32,000 seeded random CJK characters, and
+32,000 "a": gpt2np's merge against tiktoken's; the clear O(n²) twin (``bpe.bpe``) on the 8,000.
+
+**Memory**: a ``--mem-mb`` MB file (the three corpora repeated) encoded in a fresh process per
+case: ``encode_ordinary`` of the whole str, ``encode_stream`` over the open file (and over a
+file a tenth the size: bounded memory does not grow with it), and tiktoken's
+``encode_ordinary``. Peak RSS is counted from just before encoding (the str already read; the
+peak is reset through /proc/self/clear_refs), so it is what encoding itself adds.
+
+``--baselines`` adds OpenAI's algorithm (re-implemented below) and HF's slow GPT2Tokenizer
+(when transformers is installed) to the throughput table.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import functools
+import gettext
 import json
+import os
+import random
+import resource
+import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
 import regex
 
-from gpt2np.tokenizer import DATA_DIR, Tokenizer
+import gpt2np.bpe
+from gpt2np.tokenizer import DATA_DIR, READ_CHARS, Tokenizer
 
 ENCODER_JSON = DATA_DIR / "encoder.json"
 VOCAB_BPE = DATA_DIR / "vocab.bpe"
 OPENAI_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+LANGUAGES = ["zh_CN", "ja", "ko", "ru", "ar", "he", "hi", "th", "el", "vi", "de", "fr", "es",
+             "tr", "ka", "ta"]  # fmt: skip
+
+Encode = Callable[[str], list[int]]
+
+
+# -- corpora ---------------------------------------------------------------------------------
+
+
+def stdlib_sources() -> list[Path]:
+    skip = ("test", "idlelib", "site-packages")
+    return [
+        path
+        for path in sorted(STDLIB.rglob("*.py"))
+        if not any(part.startswith(skip) for part in path.relative_to(STDLIB).parts)
+    ]
 
 
 def english_corpus(n_chars: int) -> str:
@@ -47,12 +86,9 @@ def english_corpus(n_chars: int) -> str:
 
     parts = [pydoc_data.topics.topics[key] for key in sorted(pydoc_data.topics.topics)]
     total = sum(map(len, parts))
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    for path in sorted(stdlib.rglob("*.py")):
+    for path in stdlib_sources():
         if total >= n_chars:
             break
-        if "test" in path.relative_to(stdlib).parts[0] or "site-packages" in path.parts:
-            continue
         try:
             tree = ast.parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError):
@@ -63,10 +99,73 @@ def english_corpus(n_chars: int) -> str:
                 if doc:
                     parts.append(doc + "\n\n")
                     total += len(doc) + 2
-    text = "".join(parts)[:n_chars]
+    return cut("english", "".join(parts), n_chars)
+
+
+def code_corpus(n_chars: int) -> str:
+    """The stdlib's Python sources, cut to ``n_chars``."""
+    parts, total = [], 0
+    for path in stdlib_sources():
+        if total >= n_chars:
+            break
+        try:
+            parts.append(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            continue
+        total += len(parts[-1])
+    return cut("code", "".join(parts), n_chars)
+
+
+def translations(language: str) -> str:
+    """All msgstr texts of ``/usr/share/locale/LANGUAGE/LC_MESSAGES/*.mo``, in a fixed order."""
+    texts = []
+    for path in sorted(Path("/usr/share/locale", language, "LC_MESSAGES").glob("*.mo")):
+        try:
+            with open(path, "rb") as f:
+                catalog = gettext.GNUTranslations(f)._catalog  # type: ignore[attr-defined]
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        for key in sorted(catalog, key=str):
+            if key and isinstance(catalog[key], str):
+                texts.append(catalog[key])
+    return "\n".join(texts)
+
+
+def multilingual_corpus(n_chars: int) -> str:
+    share = n_chars // len(LANGUAGES) + 1
+    return cut("multilingual", "\n".join(translations(lang)[:share] for lang in LANGUAGES), n_chars)
+
+
+def cut(name: str, text: str, n_chars: int) -> str:
     if len(text) < n_chars:
-        sys.exit(f"only {len(text)} characters of English text found")
-    return text
+        sys.exit(f"only {len(text):,} characters of {name} text found, {n_chars:,} asked")
+    return text[:n_chars]
+
+
+def cjk_piece(n_chars: int, real: bool = True) -> str:
+    """One pre-tokeniser piece of ``n_chars`` CJK letters: Chinese from the zh_CN catalogues
+    (repeated if short), or seeded random ones from the CJK Unified Ideographs block."""
+    letters = "".join(regex.findall(r"\p{Han}", translations("zh_CN"))) if real else ""
+    if not letters:
+        rng = random.Random(0)
+        letters = "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(n_chars))
+    piece = (letters * (n_chars // len(letters) + 1))[:n_chars]
+    assert gpt2np.bpe.PATTERN.findall(piece) == [piece]
+    return piece
+
+
+# -- contenders ------------------------------------------------------------------------------
+
+
+def tiktoken_encoding():  # -> tiktoken.Encoding, or None
+    try:
+        import tiktoken  # noqa: F401
+    except ImportError:
+        return None
+    sys.path.insert(0, str(Path(__file__).parent))
+    from make_tokenizer_fixture import offline_tiktoken
+
+    return offline_tiktoken()
 
 
 class OpenAIAlgorithm:
@@ -138,63 +237,190 @@ class OpenAIAlgorithm:
         return ids
 
 
-def contenders() -> dict[str, Callable[[], Callable[[str], list[int]]]]:
+def contenders(baselines: bool) -> dict[str, Callable[[], Encode]]:
     """name -> factory of a fresh encode function (fresh, so its cache starts empty)."""
-    found: dict[str, Callable[[], Callable[[str], list[int]]]] = {
-        "gpt2np": lambda: Tokenizer().encode_ordinary,
-        "openai-algorithm": lambda: OpenAIAlgorithm(ENCODER_JSON, VOCAB_BPE).encode,
-    }
-    try:
-        import transformers
+    found: dict[str, Callable[[], Encode]] = {"gpt2np": lambda: Tokenizer().encode_ordinary}
+    tt = tiktoken_encoding()
+    if tt is not None:
+        found["tiktoken"] = lambda: tt.encode_ordinary
+    else:
+        print("tiktoken not installed: no ratios (pip install tiktoken)")
+    if baselines:
+        found["openai-algorithm"] = lambda: OpenAIAlgorithm(ENCODER_JSON, VOCAB_BPE).encode
+        try:
+            import transformers
 
-        transformers.logging.set_verbosity_error()  # silences "sequence longer than 1024"
-
-        def hf() -> Callable[[str], list[int]]:
-            slow = transformers.GPT2Tokenizer(str(ENCODER_JSON), str(VOCAB_BPE))
-            return slow.encode
-
-        found["hf-slow"] = hf
-    except ImportError:
-        print("transformers not installed: skipping hf-slow")
-    try:
-        import tiktoken  # noqa: F401
-
-        sys.path.insert(0, str(Path(__file__).parent))
-        from make_tokenizer_fixture import offline_tiktoken
-
-        found["tiktoken"] = lambda: offline_tiktoken().encode_ordinary
-    except ImportError:
-        print("tiktoken not installed: skipping tiktoken")
+            transformers.logging.set_verbosity_error()  # silences "sequence longer than 1024"
+            found["hf-slow"] = lambda: (
+                transformers.GPT2Tokenizer(str(ENCODER_JSON), str(VOCAB_BPE)).encode
+            )
+        except ImportError:
+            print("transformers not installed: skipping hf-slow")
     return found
+
+
+# -- the three parts -------------------------------------------------------------------------
+
+
+def timed(encode: Encode, text: str) -> tuple[float, list[int]]:
+    """CPU seconds of this process (all contenders encode in this thread): on a shared machine
+    they vary less than wall time, which also counts the moments other processes run."""
+    start = time.process_time()
+    ids = encode(text)
+    return time.process_time() - start, ids
+
+
+def throughput(args: argparse.Namespace) -> None:
+    found = contenders(args.baselines)
+    print(f"\nthroughput, MB/s (10^6 bytes of UTF-8 per second), best of {args.repeat}")
+    print(f"{'corpus':>13} {'MB':>5} {'contender':>17} {'cold':>7} {'warm':>7}  vs tiktoken")
+    for name, make in [("english", english_corpus), ("code", code_corpus),
+                       ("multilingual", multilingual_corpus)]:  # fmt: skip
+        text = make(args.chars)
+        mb = len(text.encode("utf-8")) / 1e6
+        cold = dict.fromkeys(found, float("inf"))
+        warm = dict.fromkeys(found, float("inf"))
+        reference: list[int] | None = None
+        for _ in range(args.repeat):
+            for who, factory in found.items():
+                encode = factory()
+                seconds, ids = timed(encode, text)
+                cold[who] = min(cold[who], seconds)
+                warm[who] = min(warm[who], timed(encode, text)[0])
+                if reference is None:
+                    reference = ids
+                elif ids != reference:
+                    sys.exit(f"{who} gives other ids than gpt2np on the {name} corpus")
+        for who in found:
+            ratio = ""
+            if "tiktoken" in found and who != "tiktoken":
+                ratio = "  ".join(
+                    f"{kind} {times['tiktoken'] / times[who]:.2f}x"
+                    for kind, times in (("cold", cold), ("warm", warm))
+                )
+            print(f"{name:>13} {mb:5.2f} {who:>17} {mb / cold[who]:7.2f} {mb / warm[who]:7.2f}  "
+                  f"{ratio}")  # fmt: skip
+
+
+def long_pieces(args: argparse.Namespace) -> None:
+    tok = Tokenizer()
+    tt = tiktoken_encoding()
+    clear_ranks = None
+    print("\nlong pieces (one pre-tokeniser piece each), seconds")
+    print(f"{'piece':>28} {'gpt2np':>8} {'tiktoken':>9} {'clear bpe':>10}")
+    cases = [("CJK text, 8,000 chars", cjk_piece(8_000)),
+             ("CJK text, 32,000 chars", cjk_piece(32_000)),
+             ("random CJK, 32,000 chars", cjk_piece(32_000, real=False)),
+             ('"a" x 32,000', "a" * 32_000)]  # fmt: skip
+    for label, piece in cases:
+        ours = min(timed(tok.encode_ordinary, piece)[0] for _ in range(args.repeat))
+        ids = tok.encode_ordinary(piece)
+        theirs = clear = ""
+        if tt is not None:
+            theirs = f"{min(timed(tt.encode_ordinary, piece)[0] for _ in range(args.repeat)):9.4f}"
+            if tt.encode_ordinary(piece) != ids:
+                sys.exit(f"tiktoken gives other ids for {label}")
+        if label.startswith("CJK text, 8,000"):  # the clear twin is O(n^2): once, small
+            if clear_ranks is None:
+                lines = VOCAB_BPE.read_text(encoding="utf-8").split("\n")[1:-1]
+                clear_ranks = {tuple(line.split(" ")): r for r, line in enumerate(lines)}
+            symbols = list(piece.encode().decode("latin-1"))
+            table = gpt2np.bpe.bytes_to_unicode()
+            symbols = [table[ord(c)] for c in symbols]
+            clear = (
+                f"{timed(functools.partial(gpt2np.bpe.bpe, ranks=clear_ranks), symbols)[0]:10.3f}"
+            )
+        print(f"{label:>28} {ours:8.4f} {theirs:>9} {clear:>10}")
+
+
+def memory(args: argparse.Namespace) -> None:
+    text = english_corpus(args.chars) + code_corpus(args.chars) + multilingual_corpus(args.chars)
+    with tempfile.TemporaryDirectory() as tmp:
+        big, small = Path(tmp) / "big.txt", Path(tmp) / "small.txt"
+        for path, size in ((big, args.mem_mb * 1e6), (small, args.mem_mb * 1e5)):
+            with open(path, "w", encoding="utf-8") as f:
+                written = 0
+                while written < size:
+                    f.write(text)
+                    written += len(text.encode("utf-8"))
+        print("\nmemory, one fresh process per case; peak RSS counted from just before encoding")
+        print(f"{'case':>42} {'seconds':>8} {'MB/s':>6} {'peak RSS':>9} {'ids':>12}")
+        cases = [("encode", big), ("stream", big), ("stream", small)]
+        if tiktoken_encoding() is not None:
+            cases.append(("tiktoken", big))
+        for case, path in cases:
+            out = subprocess.run(
+                [sys.executable, __file__, "--mem-child", case, str(path)],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            seconds, peak, n_ids = json.loads(out.stdout.strip().splitlines()[-1])
+            mb = path.stat().st_size / 1e6
+            if case == "encode":
+                list_mb, text_mb = n_ids * 8 / 1e6, mb
+            label = {"encode": "gpt2np encode_ordinary(str)",
+                     "stream": "gpt2np encode_stream(file)",
+                     "tiktoken": "tiktoken encode_ordinary(str)"}[case]  # fmt: skip
+            label = f"{label}, {mb:.0f} MB"
+            print(
+                f"{label:>42} {seconds:8.1f} {mb / seconds:6.2f} {peak / 1e6:6.0f} MB {n_ids:12,}"
+            )
+        print(
+            f"(a list of N ids is N x 8 bytes of pointers: {list_mb:.0f} MB for the "
+            f"{text_mb:.0f} MB text; the stream hands out ~{READ_CHARS:,} characters at a time)"
+        )
+
+
+def rss(field: str = "VmRSS") -> int:
+    """This process's resident memory in bytes (VmRSS: now; VmHWM: its peak), from /proc."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # no /proc: the peak
+
+
+def reset_peak_rss() -> None:
+    """Start VmHWM afresh from the current RSS (Linux >= 4.0), so loading doesn't count."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def memory_child(case: str, path: str) -> None:
+    """One memory case in this fresh process: prints [seconds, peak RSS growth, number of ids]."""
+    if case == "stream":
+        tok = Tokenizer()
+        with open(path, encoding="utf-8") as f:
+            reset_peak_rss()
+            start_rss, start = rss(), time.perf_counter()
+            n_ids = sum(len(ids) for ids in tok.encode_stream(f))
+    else:
+        if case == "tiktoken":
+            encode = tiktoken_encoding().encode_ordinary
+        else:
+            encode = Tokenizer().encode_ordinary
+        text = Path(path).read_text(encoding="utf-8")
+        reset_peak_rss()
+        start_rss, start = rss(), time.perf_counter()
+        n_ids = len(encode(text))
+    print(json.dumps([time.perf_counter() - start, rss("VmHWM") - start_rss, n_ids]))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--chars", type=int, default=1_000_000)
+    parser.add_argument("--chars", type=int, default=1_000_000, help="characters per corpus")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--mem-mb", type=float, default=100, help="0: skip the memory part")
+    parser.add_argument("--baselines", action="store_true", help="add OpenAI's algorithm, HF")
+    parser.add_argument("--mem-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    text = english_corpus(args.chars)
-    print(f"corpus: {len(text):,} characters, {len(text.encode('utf-8')):,} bytes")
-    found = contenders()
-    times = dict.fromkeys(found, float("inf"))
-    reference: list[int] | None = None
-    # Round-robin over the contenders, so a change in machine load hits them all alike.
-    for _ in range(args.repeat):
-        for name, make in found.items():
-            encode = make()  # construction (file loading) is not timed
-            start = time.perf_counter()
-            ids = encode(text)
-            times[name] = min(times[name], time.perf_counter() - start)
-            if reference is None:
-                reference = ids
-                print(f"tokens: {len(ids):,}")
-            elif ids != reference:
-                sys.exit(f"{name} produced different ids from gpt2np")
-    for name, best in times.items():
-        print(f"{name:>17}: {best:7.3f} s  {len(text) / best / 1e6:6.2f} MB/s")
-    for name, seconds in times.items():
-        if name != "gpt2np":
-            print(f"gpt2np is {seconds / times['gpt2np']:.2f}x as fast as {name}")
+    if args.mem_child:
+        return memory_child(*args.mem_child)
+    print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, gpt2np from {gpt2np.__file__}")
+    throughput(args)
+    long_pieces(args)
+    if args.mem_mb:
+        memory(args)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,19 @@ own pre-tokenisation pattern (``r50k_pat_str``) and ``mergeable_ranks`` = token 
 decoding encoder.json's byte alphabet with a table derived here, independently of gpt2np.bpe.
 
 Cases: hand-written texts (prose, source code, many scripts, emoji, whitespace, contractions,
-digits, punctuation, special-token text, lone surrogates), a slice of Python's reference manual
-(``pydoc_data.topics``) and of a stdlib source file, and seeded random strings. Each case is
-``{"text", "allowed_special", "ids"}``; allowed_special is [] or "all".
+digits, punctuation, special-token text, lone surrogates), long single pieces (where the fast
+merge takes its heap path), a slice of Python's reference manual (``pydoc_data.topics``) and of
+a stdlib source file, and seeded random strings. Each case is ``{"text", "allowed_special",
+"ids"}``; allowed_special is [] or "all".
+
+Also, for the per-token methods: ``offsets``, tiktoken's ``decode_with_offsets`` of the ids of
+texts whose tokens split characters, and ``token_byte_values_sha256``, the SHA-256 of tiktoken's
+``token_byte_values()`` written as comma-separated hex.
 """
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import random
@@ -189,6 +195,27 @@ def random_texts(n: int, seed: int = 1234) -> list[str]:
     return texts
 
 
+def long_pieces() -> list[str]:
+    """Single pre-tokeniser pieces of thousands of bytes: seeded random CJK, Latin letters."""
+    rng = random.Random(99)
+    return [
+        "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(3000)),
+        "".join(rng.choice("abcdefghijklmnopqrstuvwxyzéüß") for _ in range(4000)),
+        " " + "ab" * 1500,
+        "1234567890" * 300,
+    ]
+
+
+OFFSET_TEXTS = [
+    "hello world",
+    "héllo 😀 wörld",
+    "我爱自然语言处理。東京は日本の首都です。",
+    "👨\u200d👩\u200d👧 🇺🇸 1️⃣ e\u0301",
+    "เป็นมนุษย์สุดประเสริฐ",
+    "Съешь же ещё этих мягких французских булок",
+]
+
+
 def corpus_samples() -> list[str]:
     """Real text: reference-manual prose and a stdlib source file (textwrap)."""
     import pydoc_data.topics
@@ -202,7 +229,7 @@ def main() -> None:
 
     enc = offline_tiktoken()
     cases = []
-    for text in HAND_WRITTEN + corpus_samples() + random_texts(300):
+    for text in HAND_WRITTEN + long_pieces() + corpus_samples() + random_texts(300):
         cases.append({"text": text, "allowed_special": [], "ids": enc.encode_ordinary(text)})
     for text in SPECIAL:
         ids = enc.encode(text, allowed_special="all")
@@ -210,9 +237,16 @@ def main() -> None:
     OUT.parent.mkdir(parents=True, exist_ok=True)
     about = "ids from tiktoken's gpt2 encoding; made by scripts/make_tokenizer_fixture.py"
     lines = ",\n".join(json.dumps(case) for case in cases)  # one case per line: readable diffs
+    offsets = ",\n".join(
+        json.dumps({"ids": ids, "offsets": enc.decode_with_offsets(ids)[1]})
+        for ids in map(enc.encode_ordinary, OFFSET_TEXTS)
+    )
+    values = ",".join(b.hex() for b in enc.token_byte_values())
+    digest = hashlib.sha256(values.encode("ascii")).hexdigest()
     head = f'{{"about": {json.dumps(about)}, "tiktoken_version": "{tiktoken.__version__}",\n'
+    tail = f'"offsets": [\n{offsets}\n],\n"token_byte_values_sha256": "{digest}"'
     tmp = OUT.with_suffix(".json.tmp")
-    tmp.write_text(f'{head}"cases": [\n{lines}\n]}}\n', encoding="utf-8")
+    tmp.write_text(f'{head}"cases": [\n{lines}\n],\n{tail}}}\n', encoding="utf-8")
     tmp.replace(OUT)
     print(f"wrote {len(cases)} cases to {OUT}")
 

@@ -9,7 +9,9 @@ Independent references:
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import io
 import json
 import pathlib
 import re
@@ -376,18 +378,59 @@ def test_bundled_files_are_checked_against_the_pins(
 # -- the bounded cache -----------------------------------------------------------------------
 
 
-def test_piece_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+def learned(tok: Tokenizer) -> dict:
+    """The cache's entries beyond the vocabulary's own whole tokens."""
+    return {piece: ids for piece, ids in tok._cache.items() if piece not in tok._cache._whole}
+
+
+def test_piece_cache_stays_bounded_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tokenizer_module, "CACHE_SIZE", 8)
     tok = Tokenizer()
-    text = " ".join(f"word{i} w{i}x" for i in range(50)) + " " + "z" * 500
+    words = [f"zq{chr(97 + i % 26)}{chr(97 + i // 26)}xv" for i in range(60)]  # not tokens
+    text = " ".join(words) + " " + "z" * 2000
     ids = tok.encode(text)
-    assert 0 < len(tok._cache) <= 8
-    assert all(len(piece) <= tokenizer_module.CACHE_MAX_CHARS for piece in tok._cache)
-    tok.encode("z" * 500)
-    assert "z" * 500 not in tok._cache  # long pieces rarely repeat: not worth the memory
-    assert tok.encode(text) == ids  # after clearing, the same answer
+    assert 0 < len(learned(tok)) <= 8
+    assert len(tok._cache) <= len(tok._cache._whole) + 8
+    assert len(tok._cache._older) <= len(tok._cache._whole) + 8  # the previous generation
+    assert "z" * 2000 not in tok._cache  # longer than CACHE_MAX_CHARS: never kept
+    assert tok.encode(text) == ids  # after starting afresh, the same answer
     monkeypatch.setattr(tokenizer_module, "CACHE_SIZE", 1 << 16)
     assert Tokenizer().encode(text) == ids
+
+
+def test_pieces_of_the_older_generation_are_not_encoded_again(monkeypatch) -> None:
+    monkeypatch.setattr(tokenizer_module, "CACHE_SIZE", 4)
+    tok = Tokenizer()
+    encoded = []
+    real = tok._cache._encode
+    tok._cache._encode = lambda piece: encoded.append(piece) or real(piece)
+    words = [" zqxa", " zqxb", " zqxc", " zqxd", " zqxe"]  # five new pieces: one reset
+    ids = tok.encode("".join(words))
+    assert encoded == words and set(tok._cache._older) >= set(words[:4])
+    assert tok.encode("".join(words)) == ids
+    assert encoded == words  # the first four came back from the older generation
+
+
+def test_piece_cache_stays_bounded_in_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tokenizer_module, "CACHE_CHARS", 100)
+    tok = Tokenizer()
+    text = " ".join(f"qz{i}x" * 9 for i in range(40))  # 40 pieces of 30-40 characters
+    ids = tok.encode(text)
+    assert 0 < sum(map(len, learned(tok))) <= 100
+    assert tok.encode(text) == ids == Tokenizer.from_files(*Tokenizer().files).encode(text)
+
+
+def test_whole_tokens_start_in_the_cache_only_for_the_pinned_vocabulary(tmp_path) -> None:
+    """The head start relies on GPT-2's vocabulary being closed under BPE (checked above for
+    all 50256 tokens); a vocabulary with other digests starts with an empty cache."""
+    tok = Tokenizer()
+    assert tok._cache[" the"] == (262,) and len(tok._cache._whole) > 49000
+    assert "<|endoftext|>" not in tok._cache._whole
+    shutil.copy(DATA / "encoder.json", tmp_path / "vocab.json")
+    (tmp_path / "merges.txt").write_bytes((DATA / "vocab.bpe").read_bytes() + b"\n")
+    other = Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt")
+    assert other._cache._whole == {}
+    assert other.encode(" the") == [262]
 
 
 # -- properties ------------------------------------------------------------------------------
@@ -452,6 +495,232 @@ def test_stream_decoder_buffers_and_flushes(tok: Tokenizer) -> None:
         decoder.feed(50257)
 
 
+# -- tiktoken's batch and per-token methods, on their own ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def fixture_file() -> dict:
+    return json.loads(FIXTURE.read_text(encoding="utf-8"))
+
+
+def test_published_examples_of_the_per_token_methods(tok: Tokenizer) -> None:
+    """The examples in tiktoken's docstrings, for its gpt2 encoding."""
+    assert tok.encode_batch(["hello world", "goodbye world"]) == [[31373, 995], [11274, 16390, 995]]
+    assert tok.decode_single_token_bytes(31373) == b"hello"
+    assert tok.decode_tokens_bytes([31373, 995]) == [b"hello", b" world"]
+    assert tok.decode_with_offsets([31373, 995]) == ("hello world", [0, 5])
+
+
+def test_encode_batch_and_encode_ordinary_batch(tok: Tokenizer) -> None:
+    texts = ["Hello world", "", "a<|endoftext|>b", "東京 😀"]
+    assert tok.encode_ordinary_batch(texts) == [tok.encode_ordinary(t) for t in texts]
+    assert tok.encode_batch(texts, allowed_special="all") == [
+        tok.encode(t, allowed_special="all") for t in texts
+    ]
+    assert tok.encode_batch(texts, disallowed_special=())[2] == tok.encode_ordinary(texts[2])
+    assert tok.encode_batch(iter(texts[:1]), num_threads=1) == [[15496, 995]]
+    assert tok.encode_batch([]) == []
+    with pytest.raises(ValueError, match="endoftext"):
+        tok.encode_batch(texts)  # the third text holds a disallowed special token
+    with pytest.raises(TypeError, match="list, not str"):
+        tok.encode_batch("Hello world")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be a str, not int"):
+        tok.encode_ordinary_batch(["a", 1])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="num_threads must be at least 1"):
+        tok.encode_batch(texts, num_threads=0)
+    with pytest.raises(TypeError, match="num_threads must be an int"):
+        tok.encode_ordinary_batch(texts, num_threads=2.0)  # type: ignore[arg-type]
+
+
+def test_decode_batch_and_decode_bytes_batch(tok: Tokenizer) -> None:
+    rows = [[15496, 995], [], [50256], tok.encode("😀")[:1]]
+    assert tok.decode_batch(rows) == ["Hello world", "", "<|endoftext|>", "\ufffd"]
+    assert tok.decode_bytes_batch(rows) == [tok.decode_bytes(r) for r in rows]
+    assert tok.decode_batch(np.array([[15496, 995], [18435, 995]])) == [
+        "Hello world",
+        " Hello world",
+    ]
+    assert tok.decode_batch(rows, errors="ignore")[3] == ""
+    with pytest.raises(UnicodeDecodeError):
+        tok.decode_batch(rows, errors="strict")
+    with pytest.raises(ValueError, match="errors='bogus'"):
+        tok.decode_batch(rows, errors="bogus")
+    with pytest.raises(TypeError, match="ids must be a sequence of ints, not int"):
+        tok.decode_batch([15496, 995])  # a flat list is one row, not a batch
+    with pytest.raises(ValueError, match="token id 50257"):
+        tok.decode_batch([[1], [50257]])
+
+
+def test_decode_errors_argument(tok: Tokenizer) -> None:
+    half = tok.encode("😀")[:1]
+    assert tok.decode(half) == "\ufffd" and tok.decode(half, errors="ignore") == ""
+    escaped = "".join(f"\\x{b:02x}" for b in tok.decode_bytes(half))
+    assert tok.decode(half, errors="backslashreplace") == escaped
+    with pytest.raises(UnicodeDecodeError):
+        tok.decode(half, errors="strict")
+    with pytest.raises(ValueError, match="errors="):
+        tok.decode(half, errors="nonsense")
+
+
+def test_decode_single_token_bytes(tok: Tokenizer) -> None:
+    assert tok.decode_single_token_bytes(50256) == b"<|endoftext|>"  # special: its text
+    assert tok.decode_single_token_bytes(np.int64(220)) == b" "
+    assert tok.decode_single_token_bytes(188) == b"\x00"  # byte tokens come after printables
+    for bad in (50257, -1):
+        with pytest.raises(gpt2np.tokenizer.InvalidTokenError, match=f"token id {bad}\\b"):
+            tok.decode_single_token_bytes(bad)
+    for bad in (True, 1.0, "1", None, [1]):
+        with pytest.raises(TypeError):
+            tok.decode_single_token_bytes(bad)  # type: ignore[arg-type]
+
+
+def test_an_unknown_id_is_a_value_error_and_a_key_error_as_in_tiktoken(tok: Tokenizer) -> None:
+    for call in (tok.decode, tok.decode_bytes, tok.decode_tokens_bytes, tok.decode_with_offsets):
+        with pytest.raises(ValueError) as err:
+            call([1, 50257])
+        assert isinstance(err.value, KeyError) and str(err.value).startswith("token id 50257")
+
+
+def test_decode_tokens_bytes_joins_to_decode_bytes(tok: Tokenizer, cases: list[dict]) -> None:
+    for case in cases:
+        parts = tok.decode_tokens_bytes(case["ids"])
+        assert len(parts) == len(case["ids"]) and all(parts)
+        assert b"".join(parts) == tok.decode_bytes(case["ids"])
+    assert tok.decode_tokens_bytes(np.array([31373, 995])) == [b"hello", b" world"]
+    assert tok.decode_tokens_bytes([]) == []
+
+
+def test_decode_with_offsets_equals_tiktokens_fixture(tok: Tokenizer, fixture_file) -> None:
+    assert len(fixture_file["offsets"]) >= 5
+    for case in fixture_file["offsets"]:
+        text, offsets = tok.decode_with_offsets(case["ids"])
+        assert text == tok.decode(case["ids"]) and offsets == case["offsets"]
+
+
+def test_decode_with_offsets_points_at_the_characters(tok: Tokenizer) -> None:
+    text = "héllo 😀 wörld"
+    ids = tok.encode(text)
+    decoded, offsets = tok.decode_with_offsets(ids)
+    assert decoded == text and len(offsets) == len(ids) and offsets == sorted(offsets)
+    emoji = [o for o, b in zip(offsets, tok.decode_tokens_bytes(ids)) if b[0] >= 0x80]
+    assert text.index("😀") in emoji  # a token inside the emoji points at the emoji
+    assert tok.decode_with_offsets([]) == ("", [])
+    with pytest.raises(UnicodeDecodeError):  # tiktoken: invalid UTF-8 raises
+        tok.decode_with_offsets(tok.encode("😀")[:1])
+
+
+def test_token_byte_values(tok: Tokenizer, fixture_file) -> None:
+    values = tok.token_byte_values()
+    assert len(values) == 50256 and values == sorted(set(values))
+    assert b"<|endoftext|>" not in values and b"hello" in values
+    digest = hashlib.sha256(",".join(b.hex() for b in values).encode("ascii")).hexdigest()
+    assert digest == fixture_file["token_byte_values_sha256"]  # tiktoken's list
+    assert set(values) == {tok.decode_single_token_bytes(i) for i in range(50256)}
+
+
+def test_repr_and_tiktoken_names(tok: Tokenizer, tmp_path: pathlib.Path) -> None:
+    assert repr(tok) == "Tokenizer(bundled GPT-2 vocabulary, n_vocab=50257, eot_token=50256)"
+    files = write_tiny_vocab(tmp_path)
+    small = repr(Tokenizer.from_files(*files))
+    assert small.startswith("Tokenizer(files=(") and str(files[0]) in small
+    assert "n_vocab=259, eot_token=258" in small
+    assert tok.max_token_value == 50256 and tok.special_tokens_set == {"<|endoftext|>"}
+
+
+# -- long texts and streams ------------------------------------------------------------------
+
+
+@SETTINGS
+@given(TEXT, st.integers(1, 40))
+def test_long_texts_are_encoded_in_parts_with_the_same_ids(
+    tok: Tokenizer, text: str, part: int
+) -> None:
+    whole = tok.encode_ordinary(text)
+    with pytest.MonkeyPatch().context() as m:
+        m.setattr(tokenizer_module, "PART_CHARS", part)
+        assert tok.encode_ordinary(text) == whole
+
+
+def flat(batches: list[list[int]]) -> list[int]:
+    return [i for ids in batches for i in ids]
+
+
+def chunked(text: str, cuts: list[int]) -> list[str]:
+    bounds = [0, *sorted(c % (len(text) + 1) for c in cuts), len(text)]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+@SETTINGS
+@given(
+    st.lists(st.one_of(TEXT, ANY_TEXT, st.just("<|endoftext|>")), max_size=5),
+    st.lists(st.integers(0, 10**6), max_size=12),
+    st.integers(1, 30),
+)
+def test_encode_stream_equals_encode_of_the_joined_text(
+    tok: Tokenizer, parts: list[str], cuts: list[int], part_chars: int
+) -> None:
+    """Chunks may end anywhere (inside a word, a space run, a special token, a surrogate
+    pair); small parts force many cuts."""
+    text = "".join(parts)
+    with pytest.MonkeyPatch().context() as m:
+        m.setattr(tokenizer_module, "READ_CHARS", part_chars)
+        m.setattr(tokenizer_module, "PART_CHARS", part_chars)
+        streamed = list(tok.encode_stream(chunked(text, cuts), allowed_special="all"))
+        ordinary = list(tok.encode_stream(chunked(text, cuts), disallowed_special=()))
+    assert all(streamed) and all(ordinary)  # no empty lists
+    assert flat(streamed) == tok.encode(text, allowed_special="all")
+    assert flat(ordinary) == tok.encode_ordinary(text)
+
+
+def test_encode_stream_reads_files_in_blocks(tok: Tokenizer, monkeypatch) -> None:
+    monkeypatch.setattr(tokenizer_module, "READ_CHARS", 50)
+    text = "".join(case for case in ["Hello world. " * 40, "東京" * 100, " end\n"])
+    reads = []
+    file = io.StringIO(text)
+    real_read = file.read
+    file.read = lambda n=-1: reads.append(n) or real_read(n)  # type: ignore[method-assign]
+    batches = list(tok.encode_stream(file))
+    assert flat(batches) == tok.encode(text) and len(batches) > 5
+    assert set(reads) == {50}  # by blocks, not by lines or all at once
+
+
+def test_encode_stream_refuses_disallowed_special_tokens(tok: Tokenizer, monkeypatch) -> None:
+    monkeypatch.setattr(tokenizer_module, "READ_CHARS", 8)
+    chunks = ["first words here, ", "then <|endof", "text|> and more"]
+    out = tok.encode_stream(chunks)
+    first = next(out)  # the text before it is encoded and handed out first
+    assert tok.decode(first).startswith("first")
+    with pytest.raises(ValueError, match=r"<\|endoftext\|>"):
+        list(out)
+    # A disallowed string holding a space can straddle a cut, even after tiny parts: found.
+    with pytest.raises(ValueError, match="'a b c d e'"):
+        list(tok.encode_stream(["a ", "b ", "c ", "d ", "e"], disallowed_special={"a b c d e"}))
+    with pytest.raises(ValueError, match="'bad word'"):
+        list(
+            tok.encode_stream(
+                ["x " * 20 + "bad", " word" + " y" * 20], disallowed_special={"bad word"}
+            )
+        )
+
+
+def test_encode_stream_bad_arguments(tok: Tokenizer) -> None:
+    with pytest.raises(TypeError, match="iterable of str or a text file, not str"):
+        tok.encode_stream("Hello world")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="each chunk must be a str, not bytes"):
+        list(tok.encode_stream([b"Hello"]))  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="not int"):
+        tok.encode_stream(5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not special tokens"):
+        tok.encode_stream(["x"], allowed_special={"<|bogus|>"})  # checked at the call
+    assert list(tok.encode_stream([])) == [] and list(tok.encode_stream(["", ""])) == []
+
+
+def test_encode_stream_without_whitespace_holds_text_until_the_end(tok: Tokenizer, monkeypatch):
+    monkeypatch.setattr(tokenizer_module, "READ_CHARS", 10)
+    chunks = ["東京" * 7] * 30  # one piece of 420 characters: nowhere to cut
+    assert list(tok.encode_stream(chunks)) == [tok.encode("".join(chunks))]
+
+
 # -- live tiktoken ---------------------------------------------------------------------------
 
 
@@ -508,4 +777,86 @@ def test_reference_manual_equals_tiktoken(tok: Tokenizer, tt) -> None:
     import pydoc_data.topics
 
     text = "".join(pydoc_data.topics.topics.values())  # ~0.46 MB of English prose and code
+    assert tok.encode_ordinary(text) == tt.encode_ordinary(text)
+
+
+# -- live tiktoken: the batch and per-token methods ------------------------------------------
+
+
+@pytest.mark.oracle
+@SETTINGS
+@given(st.lists(st.one_of(TEXT, st.just("<|endoftext|>")), max_size=4))
+def test_encode_batch_equals_tiktoken(tok: Tokenizer, tt, texts: list[str]) -> None:
+    assert tok.encode_ordinary_batch(texts) == tt.encode_ordinary_batch(texts)
+    for kw in (dict(allowed_special="all"), dict(disallowed_special=())):
+        assert tok.encode_batch(texts, **kw) == tt.encode_batch(texts, **kw)
+    if any("<|endoftext|>" in t for t in texts):  # both refuse it by default
+        with pytest.raises(ValueError):
+            tt.encode_batch(texts)
+        with pytest.raises(ValueError):
+            tok.encode_batch(texts)
+
+
+@pytest.mark.oracle
+@SETTINGS
+@given(st.lists(RANDOM_IDS, max_size=4), st.sampled_from(["replace", "ignore", "strict"]))
+def test_decode_batch_equals_tiktoken(tok: Tokenizer, tt, batch, errors: str) -> None:
+    assert tok.decode_bytes_batch(batch) == tt.decode_bytes_batch(batch)
+    try:
+        expected = tt.decode_batch(batch, errors=errors)
+    except UnicodeDecodeError:
+        with pytest.raises(UnicodeDecodeError):
+            tok.decode_batch(batch, errors=errors)
+    else:
+        assert tok.decode_batch(batch, errors=errors) == expected
+
+
+@pytest.mark.oracle
+@SETTINGS
+@given(RANDOM_IDS)
+def test_per_token_bytes_equal_tiktoken(tok: Tokenizer, tt, ids: list[int]) -> None:
+    assert tok.decode_tokens_bytes(ids) == tt.decode_tokens_bytes(ids)
+    assert [tok.decode_single_token_bytes(i) for i in ids] == [
+        tt.decode_single_token_bytes(i) for i in ids
+    ]
+
+
+@pytest.mark.oracle
+@SETTINGS
+@given(TEXT, st.integers(0, 10), st.integers(0, 10))
+def test_decode_with_offsets_equals_tiktoken(tok: Tokenizer, tt, text: str, a: int, b: int):
+    """On whole texts, and on slices of their ids that may start or end mid-character."""
+    ids = tt.encode_ordinary(text)
+    for part in (ids, ids[a : len(ids) - b]):
+        try:
+            expected = tt.decode_with_offsets(part)
+        except UnicodeDecodeError:
+            with pytest.raises(UnicodeDecodeError):
+                tok.decode_with_offsets(part)
+        else:
+            assert tok.decode_with_offsets(part) == expected
+
+
+@pytest.mark.oracle
+def test_unknown_ids_raise_key_errors_like_tiktoken(tok: Tokenizer, tt) -> None:
+    for call in ("decode_single_token_bytes", "decode_tokens_bytes", "decode", "decode_bytes"):
+        arg = 50257 if call == "decode_single_token_bytes" else [50257]
+        with pytest.raises(KeyError):
+            getattr(tt, call)(arg)
+        with pytest.raises(KeyError):
+            getattr(tok, call)(arg)
+
+
+@pytest.mark.oracle
+def test_token_byte_values_and_names_equal_tiktoken(tok: Tokenizer, tt) -> None:
+    assert tok.token_byte_values() == tt.token_byte_values()
+    assert tok.n_vocab == tt.n_vocab and tok.eot_token == tt.eot_token
+    assert tok.max_token_value == tt.max_token_value
+    assert tok.special_tokens_set == tt.special_tokens_set
+
+
+@pytest.mark.oracle
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(alphabet=st.characters(min_codepoint=0x3040, max_codepoint=0x9FFF), min_size=500))
+def test_long_pieces_equal_tiktoken(tok: Tokenizer, tt, text: str) -> None:
     assert tok.encode_ordinary(text) == tt.encode_ordinary(text)
