@@ -104,25 +104,14 @@ _NEEDED_TO_LOAD = {"hparams.json", "model.ckpt.index", "model.ckpt.data-00000-of
 
 
 def _model(checkpoint: Any, dtype: Any, fast: bool) -> GPT2:
-    """A GPT2 of what load_dir read; its tokenizer is parsed on first use (parsing 1.5 MB of
-    vocabulary would double the time of a warm load)."""
+    """A GPT2 of what load_dir read. Its tokenizer is parsed on first use (parsing 1.5 MB of
+    vocabulary would double the time of a warm load); with one of the two vocabulary files
+    missing, that first use raises, naming both: GPT-2's bundled vocabulary would tokenize
+    silently wrong if the directory's own differs."""
     tokenizer = None
     if checkpoint.vocabulary is not None:
-        tokenizer = functools.partial(_tokenizer_from_files, *checkpoint.vocabulary)
+        tokenizer = functools.partial(Tokenizer.from_files, *checkpoint.vocabulary)
     return GPT2(checkpoint.hparams, checkpoint.params, tokenizer, dtype=dtype, fast=fast)
-
-
-def _tokenizer_from_files(encoder: str, merges: str) -> Tokenizer:
-    """The directory's own vocabulary. With one of its two files missing this raises: GPT-2's
-    bundled vocabulary would tokenize silently wrong if the directory's own differs."""
-    have = [os.path.isfile(encoder), os.path.isfile(merges)]
-    if not all(have):
-        found, missing = (encoder, merges) if have[0] else (merges, encoder)
-        raise CheckpointError(
-            f"{found} is there but {missing} is missing: a vocabulary needs both (weights and "
-            "token ids still work)"
-        )
-    return Tokenizer.from_files(encoder, merges)
 
 
 def _looks_like_path(name_or_path: PathLike) -> bool:
