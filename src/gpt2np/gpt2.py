@@ -61,6 +61,13 @@ class GPT2:
         dtypes = {a.dtype for a in flatten(params).values()}
         if len(dtypes) != 1:
             raise TypeError(f"params mix dtypes {sorted(map(str, dtypes))}; pass dtype= to cast")
+        (computed,) = dtypes
+        if hparams.reorder_and_upcast_attn and np.finfo(computed).bits < 32:
+            raise ValueError(
+                f"this model's config sets reorder_and_upcast_attn: its attention scores are "
+                f"meant to be computed in float32, which gpt2np does only with float32 or float64 "
+                f"weights, not {computed}"
+            )
         self.hparams = hparams
         self.params = params
         self._tokenizer = tokenizer
