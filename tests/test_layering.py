@@ -20,7 +20,7 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "gpt2np"
 LAYERS: dict[str, tuple[str, ...]] = {
     "foundation": ("_version", "errors", "hparams", "params", "paths", "progress"),
     "maths": ("erf", "layers", "attention", "block", "model", "fast", "kvcache"),
-    "tokenizer": ("bpe", "tokenizer"),
+    "tokenizer": ("bpe", "tokenizer", "tokenizer_json"),
     "files": ("checkpoint", "checkpoint.*", "download", "fetch", "release_checks", "hub", "hub.*"),
     "uses": ("sampling", "generation", "beam", "logits_processors", "scoring", "trace", "golden",
              "diff", "diff.*", "golden.*"),

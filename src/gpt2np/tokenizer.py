@@ -31,6 +31,7 @@ import regex
 
 from .bpe import PATTERN, bpe, bytes_to_unicode, parse_encoder, parse_merges, read_file
 from .errors import CheckpointError
+from .tokenizer_json import read_tokenizer_json
 
 __all__ = ["ENCODER_JSON_SHA256", "VOCAB_BPE_SHA256", "StreamDecoder", "Tokenizer"]
 
@@ -73,10 +74,34 @@ class Tokenizer:
         tok._load(pathlib.Path(encoder_json), pathlib.Path(vocab_bpe), pins=None)
         return tok
 
+    @classmethod
+    def from_tokenizer_json(cls, path: str | os.PathLike[str]) -> Tokenizer:
+        """A tokenizer from HF tokenizers' ``tokenizer.json``, when it describes GPT-2's
+        byte-level BPE (else a CheckpointError saying what differs:
+        :mod:`gpt2np.tokenizer_json`). Its vocabulary and merges are checked as
+        :meth:`from_files` checks ``vocab.json`` and ``merges.txt``."""
+        path = pathlib.Path(path)
+        encoder_data, merges_data = read_tokenizer_json(path)
+        tok = cls.__new__(cls)
+        tok._build(encoder_data, merges_data, path, path, pins=None)
+        tok._source = (str(path),)
+        return tok
+
     def _load(
         self, encoder_path: pathlib.Path, merges_path: pathlib.Path, pins: tuple[str, str] | None
     ) -> None:
         encoder_data, merges_data = read_file(encoder_path), read_file(merges_path)
+        self._build(encoder_data, merges_data, encoder_path, merges_path, pins)
+        self._source = (str(encoder_path), str(merges_path))
+
+    def _build(
+        self,
+        encoder_data: bytes,
+        merges_data: bytes,
+        encoder_path: pathlib.Path,
+        merges_path: pathlib.Path,
+        pins: tuple[str, str] | None,
+    ) -> None:
         digests = [hashlib.sha256(data).hexdigest() for data in (encoder_data, merges_data)]
         if pins is not None:
             for path, digest, pin in zip((encoder_path, merges_path), digests, pins):
@@ -105,7 +130,6 @@ class Tokenizer:
             self._token_bytes[i] = token.translate(to_latin1).encode("latin-1")
         self._token_bytes[self._eot_token] = ENDOFTEXT.encode("utf-8")
         self._cache: dict[str, list[int]] = {}
-        self._source = (str(encoder_path), str(merges_path))
 
     # -- properties -----------------------------------------------------------------------
 
@@ -125,9 +149,9 @@ class Tokenizer:
         return {ENDOFTEXT: self.eot_token}
 
     @property
-    def files(self) -> tuple[str, str]:
-        """The paths this vocabulary was read from: (encoder.json, vocab.bpe) or HF's
-        (vocab.json, merges.txt)."""
+    def files(self) -> tuple[str, ...]:
+        """The paths this vocabulary was read from: (encoder.json, vocab.bpe), HF's
+        (vocab.json, merges.txt), or (tokenizer.json,)."""
         return self._source
 
     def __repr__(self) -> str:
