@@ -25,6 +25,7 @@ import socket
 import struct
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 
 PIECE = 4096  # the server writes bodies in pieces of this size
@@ -39,6 +40,7 @@ class Served:
     status: int
     if_range: str | None = None
     sent: int = 0  # body bytes written
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)  # the request's
     finished: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
 
 
@@ -116,7 +118,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         record = Served(
-            self.path.lstrip("/"), self.headers.get("Range"), 0, self.headers.get("If-Range")
+            urllib.parse.urlsplit(self.path).path.lstrip("/"),  # a signed URL's query aside
+            self.headers.get("Range"),
+            0,
+            self.headers.get("If-Range"),
+            headers=dict(self.headers),
         )
         with self.server.bucket.lock:
             self.server.bucket.log.append(record)

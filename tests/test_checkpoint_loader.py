@@ -557,7 +557,7 @@ def test_absurd_n_layer_costs_nothing(tmp_path, layout):
 def test_hf_config_problems(tmp_path):
     d = copy(tmp_path, HF_SMALL)
     config = json.loads((d / "config.json").read_text())
-    (d / "config.json").write_text(json.dumps({**config, "activation_function": "relu"}))
+    (d / "config.json").write_text(json.dumps({**config, "activation_function": "quick_gelu"}))
     with pytest.raises(CheckpointError, match="activation_function"):
         load(d)
     (d / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "n_embd"}))

@@ -129,3 +129,39 @@ def test_each_fast_kernel_computes_what_its_clear_twin_computes() -> None:
         fast, clear = getattr(FAST, name), getattr(CLEAR, name)
         assert fast is not clear, name  # FAST really swaps each kernel
         np.testing.assert_allclose(fast(*make()), clear(*make()), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("scale", [None, 1.0, 0.125 / 3])
+def test_attend_blocked_takes_the_scale_of_the_family(scale) -> None:
+    rng = np.random.default_rng(1)
+    q, k, v = rng.standard_normal((3, 2, 3, 40, 8))
+    mask = causal_mask(40, 0)
+    expected = attend(q, k, v, mask, scale=scale)
+    np.testing.assert_allclose(attend_blocked(q, k, v, mask, block=16, scale=scale), expected,
+                               rtol=1e-13, atol=1e-13)  # fmt: skip
+    if scale is not None:
+        assert not np.allclose(expected, attend(q, k, v, mask))
+
+
+def _refuse(u: np.ndarray) -> np.ndarray:
+    raise AssertionError("the tanh-GELU kernel ran for a model with another activation")
+
+
+@pytest.mark.parametrize("act", ["gelu", "relu", "silu", "swish", "gelu_new", "gelu_pytorch_tanh"])
+def test_the_gelu_kernel_runs_only_for_the_tanh_gelu(act: str) -> None:
+    """FAST's gelu_inplace computes GPT-2's tanh GELU only: a model with another activation
+    must run the clear activation, never the kernel (here one that refuses to run)."""
+    from gpt2np.fast import Kernels
+    from gpt2np.kvcache import KVCache, forward_cached
+
+    h = gpt2np.HParams(n_vocab=11, n_ctx=8, n_embd=8, n_head=2, n_layer=2, activation_function=act)
+    params = gpt2np.init_params(h, seed=0, std=0.3)
+    refusing = Kernels(FAST.attend, _refuse, FAST.head)
+    ids = np.array([[1, 2, 3, 4]])
+    if act in ("gelu_new", "gelu_pytorch_tanh"):
+        with pytest.raises(AssertionError, match="tanh-GELU kernel ran"):
+            forward_cached(params, h, ids, KVCache(h, 1), kernels=refusing)
+        return
+    got = forward_cached(params, h, ids, KVCache(h, 1), kernels=refusing)
+    want, _ = gpt2np.forward(params, h, ids)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -98,3 +98,61 @@ def test_unflatten_names_a_missing_tensor() -> None:
     del flat["blocks.1.mlp.c_fc.w"]
     with pytest.raises(ValueError, match=r"lack tensor blocks\.1\.mlp\.c_fc\.w \[8, 32\]"):
         unflatten(flat, h)
+
+
+def test_the_family_settings_default_to_gpt2_and_stay_out_of_to_dict() -> None:
+    h = gpt2np.HPARAMS["124M"]
+    assert h.to_dict() == {"n_vocab": 50257, "n_ctx": 1024, "n_embd": 768, "n_head": 12,
+                           "n_layer": 12}  # fmt: skip
+    assert h.extras() == {} and h.d_ff == 3072 and h.tie_word_embeddings
+    assert repr(h) == "HParams(n_vocab=50257, n_ctx=1024, n_embd=768, n_head=12, n_layer=12)"
+    v = gpt2np.HParams(n_vocab=10, n_ctx=8, n_embd=8, n_head=2, n_layer=2, n_inner=12,
+                       activation_function="silu", tie_word_embeddings=False)  # fmt: skip
+    assert v.to_dict() == {"n_vocab": 10, "n_ctx": 8, "n_embd": 8, "n_head": 2, "n_layer": 2,
+                           "n_inner": 12, "activation_function": "silu",
+                           "tie_word_embeddings": False}  # fmt: skip
+    assert gpt2np.HParams.from_dict(json.loads(json.dumps(v.to_dict()))) == v
+    assert "n_inner=12" in repr(v) and v.d_ff == 12
+
+
+def test_n_params_counts_n_inner_and_an_untied_head() -> None:
+    import math
+
+    for h in [
+        gpt2np.HParams(n_vocab=10, n_ctx=8, n_embd=8, n_head=2, n_layer=3, n_inner=5),
+        gpt2np.HParams(
+            n_vocab=10, n_ctx=8, n_embd=8, n_head=2, n_layer=3, tie_word_embeddings=False
+        ),
+    ]:
+        shapes = expected_shapes(h)
+        assert h.n_params == sum(math.prod(s) for s in shapes.values())
+        params = init_params(h)
+        assert list(flatten(params)) == list(shapes)
+        gpt2np.GPT2(h, params)  # the tree checks out
+    assert list(shapes)[-1] == "lm_head" and shapes["lm_head"] == (10, 8)
+
+
+@pytest.mark.parametrize(
+    "settings, error, message",
+    [
+        ({"layer_norm_epsilon": 0.0}, ValueError, "layer_norm_epsilon must be a positive"),
+        ({"layer_norm_epsilon": float("inf")}, ValueError, "layer_norm_epsilon"),
+        ({"layer_norm_epsilon": True}, ValueError, "layer_norm_epsilon"),
+        ({"n_inner": 0}, ValueError, "n_inner must be positive"),
+        ({"n_inner": 2.0}, TypeError, "n_inner must be an int"),
+        ({"activation_function": "quick_gelu"}, ValueError, "'quick_gelu' is not one"),
+        ({"scale_attn_weights": 1}, TypeError, "scale_attn_weights must be True or False"),
+        ({"tie_word_embeddings": None}, TypeError, "tie_word_embeddings must be True or False"),
+    ],
+)
+def test_family_settings_are_checked(settings, error, message) -> None:
+    with pytest.raises(error, match=message):
+        gpt2np.HParams(**settings)
+
+
+def test_params_with_an_unused_lm_head_are_refused() -> None:
+    h = gpt2np.HParams(n_vocab=10, n_ctx=8, n_embd=8, n_head=2, n_layer=1)
+    params = init_params(h)
+    params["lm_head"] = params["wte"] + 1
+    with pytest.raises(ValueError, match=r"lm_head, which these hparams do not use .*tie"):
+        gpt2np.GPT2(h, params)

@@ -124,13 +124,23 @@ def test_an_existing_directory_wins_over_the_name(home, tmp_path, monkeypatch) -
 
 
 def test_unknown_name_lists_the_known_ones(home) -> None:
-    with pytest.raises(ValueError, match="neither an existing path nor a known model name") as e:
+    with pytest.raises(ValueError, match="neither an existing path, a known model name") as e:
         gpt2np.load("gpt2-medium")
     assert "124M, 355M, 774M, 1558M, 117M, 345M" in str(e.value)
     assert not isinstance(e.value, gpt2np.CheckpointError)
 
 
-@pytest.mark.parametrize("missing", ["./124M-finetuned", "models/124M", "~/no/such/dir"])
+def test_a_missing_path_that_could_be_a_repo_id_names_both_readings(home, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # no network in tests
+    with pytest.raises(gpt2np.DownloadError) as e:
+        gpt2np.load("models/124M")
+    message = str(e.value)
+    assert "no file or directory models/124M exists" in message
+    assert "hf:models/124M" in message and "./models/124M" in message
+
+
+@pytest.mark.parametrize("missing", ["./124M-finetuned", "~/no/such/dir", "a/b/c"])
 def test_a_missing_path_is_named(home, tmp_path, monkeypatch, missing) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(gpt2np.CheckpointError, match="no such checkpoint directory") as e:

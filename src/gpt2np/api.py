@@ -20,12 +20,13 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from . import generation
-from .checkpoint import load_dir, save_dir
+from . import generation, hub
+from .checkpoint import load_dir, load_files, save_dir
 from .download import KNOWN_NAMES, check_complete, download, missing_files
 from .errors import CheckpointError
 from .gpt2 import GPT2
 from .hparams import HPARAMS
+from .hub import RepoNotFound, is_repo_id
 from .tokenizer import Tokenizer
 
 __all__ = ["generate", "load", "save"]
@@ -42,13 +43,20 @@ def load(
     cache_dir: Optional[PathLike] = None,
     use_cache: bool = True,
     fast: bool = True,
+    revision: Optional[str] = None,
+    token: Optional[str] = None,
 ) -> GPT2:
-    """Load GPT-2 from a path, or by published name ("124M", ..., downloading it on first use).
+    """Load GPT-2 from a path, by published name ("124M", ..., downloading it on first use), or
+    by Hugging Face Hub repo id ("distilbert/distilgpt2", or "hf:gpt2").
 
-    An existing path is loaded as it is, even if it is also a model name (so inside OpenAI's
-    ``models/`` directory, ``load("124M")`` reads ``./124M``). Otherwise a known name is fetched
-    with :func:`gpt2np.download` (``models_dir`` and ``progress`` go there; nothing is
-    transferred once the files are complete). The files are read by
+    An existing path is loaded as it is, even if it is also a model name or a repo id (so inside
+    OpenAI's ``models/`` directory, ``load("124M")`` reads ``./124M``). Otherwise a known name is
+    fetched with :func:`gpt2np.download` (``models_dir`` and ``progress`` go there; nothing is
+    transferred once the files are complete), and ``org/name`` (or anything after ``hf:``) is
+    fetched from the hub at ``revision`` (branch, tag or commit; default "main") with
+    :func:`gpt2np.hub.snapshot`: pinned to a commit, verified, read from huggingface_hub's cache
+    when it holds the files, offline when ``HF_HUB_OFFLINE=1``; ``token`` (default
+    ``$HF_TOKEN``) for gated and private repositories. The files are read by
     :func:`gpt2np.checkpoint.load_dir`, which checks every tensor's CRC32C and caches the
     conversion in ``cache_dir`` (default ``$GPT2NP_HOME/cache``; ``use_cache=False`` skips it).
     ``dtype`` casts the weights (default: float32 as stored); ``fast`` as for :class:`GPT2`.
@@ -62,7 +70,13 @@ def load(
     text = os.fspath(name_or_path)
     if not isinstance(text, str) or not text:
         raise ValueError(f"load() needs a model name or a path, got {name_or_path!r}")
+    if revision is not None and not isinstance(revision, str):
+        raise TypeError(f"revision must be a str, got {type(revision).__name__}")
+    if text.startswith("hf:"):
+        return _load_from_hub(text[3:], revision, token, progress, dtype, fast)
     path = pathlib.Path(text).expanduser()
+    if path.exists() and revision is not None:
+        raise ValueError(f"revision= is for a Hub repo id, but {text!r} is a local path")
     if path.exists():
         try:
             return _model(load_dir(path, cache_dir, use_cache), dtype, fast)
@@ -78,12 +92,38 @@ def load(
                 f"{e}\nThese files were downloaded into {directory}; delete that directory "
                 f"and call gpt2np.load({text!r}) again to fetch them afresh."
             ) from e
+    both = f"no file or directory {path} exists, and {text!r} read as a Hugging Face Hub repo id"
+    if isinstance(name_or_path, str) and "/" in text and is_repo_id(text):
+        try:
+            return _load_from_hub(text, revision, token, progress, dtype, fast)
+        except RepoNotFound as e:
+            raise RepoNotFound(
+                f"{both} is not found either: {e} (write hf:{text} to mean the hub, or "
+                f"./{text} to mean a local path)"
+            ) from e
     if _looks_like_path(name_or_path):
-        raise CheckpointError(f"no such checkpoint directory or file: {path}")
+        raise CheckpointError(
+            f"no such checkpoint directory or file: {path} (not a Hub repo id either: those "
+            "are org/name)"
+        )
     raise ValueError(
-        f"{text!r} is neither an existing path nor a known model name "
-        f"(known names: {', '.join(KNOWN_NAMES)})"
+        f"{text!r} is neither an existing path, a known model name "
+        f"(known names: {', '.join(KNOWN_NAMES)}) nor a Hub repo id (org/name, or hf:name)"
     )
+
+
+def _load_from_hub(
+    repo: str, revision: Any, token: Any, progress: Any, dtype: Any, fast: bool
+) -> GPT2:
+    """A model of the hub's files (:func:`gpt2np.hub.snapshot`), remembering where they came
+    from in ``model.source``."""
+    snap = hub.snapshot(repo, revision, token=token, progress=progress)
+    try:
+        model = _model(load_files(snap.files), dtype, fast)
+    except CheckpointError as e:
+        raise CheckpointError(f"{e}\n(in {repo} at commit {snap.commit})") from e
+    model.source = snap
+    return model
 
 
 def _raise_if_incomplete_release(path: pathlib.Path, error: CheckpointError) -> None:
@@ -109,9 +149,13 @@ def _model(checkpoint: Any, dtype: Any, fast: bool) -> GPT2:
     missing, that first use raises, naming both: GPT-2's bundled vocabulary would tokenize
     silently wrong if the directory's own differs."""
     tokenizer = None
-    if checkpoint.vocabulary is not None:
+    if checkpoint.vocabulary is not None and len(checkpoint.vocabulary) == 1:
+        tokenizer = functools.partial(Tokenizer.from_tokenizer_json, *checkpoint.vocabulary)
+    elif checkpoint.vocabulary is not None:
         tokenizer = functools.partial(Tokenizer.from_files, *checkpoint.vocabulary)
-    return GPT2(checkpoint.hparams, checkpoint.params, tokenizer, dtype=dtype, fast=fast)
+    model = GPT2(checkpoint.hparams, checkpoint.params, tokenizer, dtype=dtype, fast=fast)
+    model.generation_config = dict(checkpoint.generation)
+    return model
 
 
 def _looks_like_path(name_or_path: PathLike) -> bool:
@@ -130,7 +174,7 @@ def save(model: GPT2, out_dir: PathLike) -> None:
     if not isinstance(model, GPT2):
         raise TypeError(f"save() takes a GPT2, got {type(model).__name__}")
     vocabulary = _vocabulary_files(model)  # first: damaged vocabulary files fail before a write
-    save_dir(out_dir, model.hparams, model.params, vocabulary)
+    save_dir(out_dir, model.hparams, model.params, vocabulary, model.generation_config)
 
 
 def _vocabulary_files(model: GPT2) -> Optional[tuple[str, str]]:

@@ -4,6 +4,10 @@
     head_h  = softmax(q_h · k_hᵀ / √d_h + causal mask) · v_h
     out     = concat(head_1 … head_H) · W_o + b_o            named c_proj
 
+The scale 1/√d_h is GPT-2's; models of the GPT-2 family may use another (``scale``: 1 when HF's
+``scale_attn_weights`` is false, and a further 1/(i + 1) in block i with
+``scale_attn_by_inverse_layer_idx``; :func:`gpt2np.model.attention_scale`).
+
 Shapes use B batch, T new tokens, T_past cached tokens, S = T_past + T keys, D = n_embd,
 H = n_head, Dh = D / H. The keys and values of earlier tokens come in as ``past``
 ``[B, 2, H, T_past, Dh]`` (keys at index 0, values at index 1: OpenAI's ``past_shape`` with the
@@ -68,15 +72,19 @@ def attend(
     v: np.ndarray,
     mask: np.ndarray,
     record: Recorder = RECORD_NOTHING,
+    scale: float | None = None,
 ) -> np.ndarray:
-    """Scaled dot-product attention: softmax(q·kᵀ / √Dh, masked keys set to -1e10) · v.
+    """Scaled dot-product attention: softmax(q·kᵀ · scale, masked keys set to -1e10) · v.
 
     q [B, H, T, Dh], k and v [B, H, S, Dh], mask bool broadcastable to [B, H, T, S]
     (True where a query may see a key)  ->  [B, H, T, Dh]
 
+    ``scale`` multiplies the scores: 1/√Dh (GPT-2's) when None.
     A query that may see no key at all (only left padding does) gets a finite, meaningless output.
     """
-    scores = q @ k.swapaxes(-1, -2) * (1.0 / math.sqrt(q.shape[-1]))  # [B, H, T, S]
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = q @ k.swapaxes(-1, -2) * scale  # [B, H, T, S]
     scores = record("scores", scores)
     probs = record("probs", softmax(np.where(mask, scores, masked_score(scores.dtype))))
     return probs @ v  # [B, H, T, S] @ [B, H, S, Dh] -> [B, H, T, Dh]
@@ -89,11 +97,12 @@ def attention(
     n_head: int,
     past: np.ndarray | None = None,
     record: Recorder = RECORD_NOTHING,
+    scale: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Causal multi-head self-attention of the new tokens over the past and themselves.
 
     x [B, T, D]; c_attn {"w" [D, 3D], "b" [3D]}; c_proj {"w" [D, D], "b" [D]};
-    past [B, 2, H, T_past, Dh] or None.
+    past [B, 2, H, T_past, Dh] or None; scale: what the scores are multiplied by (1/√Dh if None).
     Returns (out [B, T, D], present [B, 2, H, T, Dh]): present holds the new tokens' keys and
     values only, as OpenAI's graph returns them.
     """
@@ -105,6 +114,6 @@ def attention(
         k = np.concatenate([past[:, 0], k], axis=-2)  # [B, H, T_past + T, Dh]
         v = np.concatenate([past[:, 1], v], axis=-2)
     T, S = q.shape[-2], k.shape[-2]
-    heads = attend(q, k, v, causal_mask(T, S - T), record)  # [B, H, T, Dh]
+    heads = attend(q, k, v, causal_mask(T, S - T), record, scale)  # [B, H, T, Dh]
     merged = record("merged", merge_heads(heads))  # [B, H, T, Dh] -> [B, T, D]
     return record("c_proj", linear(merged, **c_proj)), present  # [B, T, D]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .attention import attention
-from .layers import RECORD_NOTHING, Recorder, gelu, layernorm, linear
+from .layers import RECORD_NOTHING, Recorder, activation, layernorm, linear
 
 __all__ = ["block", "ffn"]
 
@@ -25,13 +25,18 @@ def ffn(
     c_fc: dict[str, np.ndarray],
     c_proj: dict[str, np.ndarray],
     record: Recorder = RECORD_NOTHING,
+    act: str = "gelu_new",
 ) -> np.ndarray:
     """ffn(x) = gelu(x · W_fc + b_fc) · W_proj + b_proj, hidden width 4·D.
 
     x [B, T, D]; c_fc {"w" [D, 4D], "b" [4D]}; c_proj {"w" [4D, D], "b" [D]}  ->  [B, T, D]
+
+    ``act`` names the activation as HF does (:func:`gpt2np.layers.activation`): GPT-2's tanh
+    GELU by default; its output is recorded as ``gelu`` whichever it is. The hidden width
+    is the weights' (HF's ``n_inner`` may make it other than 4·D).
     """
     h = record("c_fc", linear(x, **c_fc))  # [B, T, D] -> [B, T, 4D]
-    h = record("gelu", gelu(h))  # [B, T, 4D]
+    h = record("gelu", activation(h, act))  # [B, T, 4D]
     return record("c_proj", linear(h, **c_proj))  # [B, T, 4D] -> [B, T, D]
 
 
@@ -44,15 +49,22 @@ def block(
     n_head: int,
     past: np.ndarray | None = None,
     record: Recorder = RECORD_NOTHING,
+    eps: float = 1e-5,
+    act: str = "gelu_new",
+    scale: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One transformer block; its keyword names are the checkpoint's, so ``**params["blocks"][i]``
     passes straight in.
 
     x [B, T, D], past [B, 2, H, T_past, Dh] or None  ->  (x [B, T, D], present [B, 2, H, T, Dh])
+
+    eps, act, scale: the LayerNorms' ε, the MLP's activation and the attention scores' factor;
+    the defaults (1e-5, the tanh GELU, 1/√Dh) are GPT-2's.
     """
-    a = record("ln_1", layernorm(x, **ln_1))  # [B, T, D]
-    a, present = attention(a, **attn, n_head=n_head, past=past, record=record.scope("attn"))
+    a = record("ln_1", layernorm(x, **ln_1, eps=eps))  # [B, T, D]
+    a, present = attention(a, **attn, n_head=n_head, past=past, record=record.scope("attn"),
+                           scale=scale)  # fmt: skip
     x = record("resid_mid", x + a)  # [B, T, D]
-    m = record("ln_2", layernorm(x, **ln_2))  # [B, T, D]
-    m = ffn(m, **mlp, record=record.scope("mlp"))  # [B, T, D]
+    m = record("ln_2", layernorm(x, **ln_2, eps=eps))  # [B, T, D]
+    m = ffn(m, **mlp, record=record.scope("mlp"), act=act)  # [B, T, D]
     return record("out", x + m), present  # [B, T, D]

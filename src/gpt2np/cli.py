@@ -9,7 +9,8 @@
     gpt2np info --model 124M          hparams, parameter count, dtype, where the files are
     gpt2np dump / compare             golden files for ports (gpt2np/cli_trace.py)
 
-``--model`` takes a published name (downloaded on first use) or a directory. A mistake the user
+``--model`` takes a published name (downloaded on first use), a directory, or a Hugging Face
+Hub repo id (``org/name`` or ``hf:name``, with ``--revision``). A mistake the user
 can make (bad flag value, missing model, bad file, network failure, Ctrl-C) prints one line
 ``gpt2np: error: ...`` on stderr and exits non-zero; set GPT2NP_DEBUG=1 for the traceback.
 """
@@ -129,9 +130,11 @@ def _add_model_args(p: argparse.ArgumentParser, dtype: bool = True) -> None:
         "--model",
         default="124M",
         metavar="NAME_OR_DIR",
-        help="published name (124M, 355M, 774M, 1558M; downloaded on first use) or a model "
-        "directory (OpenAI's release, or HF config.json + model.safetensors); default 124M",
+        help="published name (124M, 355M, 774M, 1558M; downloaded on first use), a model "
+        "directory (OpenAI's release, or HF config.json + model.safetensors), or a Hugging "
+        "Face Hub repo id (org/name, or hf:name; an existing path wins); default 124M",
     )
+    p.add_argument("--revision", help="the Hub repo's branch, tag or commit (default main)")
     if dtype:
         p.add_argument(
             "--dtype", choices=["float32", "float64"], help="compute dtype (default float32)"
@@ -172,7 +175,7 @@ def _add_generate(sub: Any) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    model = load_model(args.model, args.dtype)
+    model = load_model(args.model, args.dtype, args.revision)
     pieces = model.generate(
         args.prompt,
         max_new_tokens=args.max_new_tokens,
@@ -214,7 +217,7 @@ def _add_score(sub: Any) -> None:
 
 def run_score(args: argparse.Namespace) -> int:
     text = _read_utf8(args.file)
-    model = load_model(args.model, args.dtype)
+    model = load_model(args.model, args.dtype, args.revision)
     from .scoring import score
 
     result = score(
@@ -311,6 +314,7 @@ def _add_convert(sub: Any) -> None:
     )
     p.add_argument("src", metavar="SRC")
     p.add_argument("dst", metavar="DST")
+    p.add_argument("--revision", help="SRC's branch, tag or commit when it is a Hub repo id")
     p.add_argument("--dtype", choices=["float32", "float64"], help="cast the weights")
     p.set_defaults(func=run_convert)
 
@@ -318,7 +322,7 @@ def _add_convert(sub: Any) -> None:
 def run_convert(args: argparse.Namespace) -> int:
     from .api import save
 
-    model = load_model(args.src, args.dtype)
+    model = load_model(args.src, args.dtype, args.revision)
     save(model, args.dst)
     print(f"wrote {os.path.join(args.dst, 'config.json')} and model.safetensors ({model!r})")
     return 0
@@ -337,13 +341,16 @@ def _add_info(sub: Any) -> None:
 
 def run_info(args: argparse.Namespace) -> int:
     from .checkpoint.cache import default_cache_dir
-    from .download import missing_files, model_dir, resolve_name
+    from .download import KNOWN_NAMES, missing_files, model_dir, resolve_name
     from .hparams import HPARAMS
 
     path = pathlib.Path(args.model).expanduser()
-    if path.exists():
-        model = load_model(args.model, None)
-        hparams, dtype, where = model.hparams, str(model.dtype), str(path.resolve())
+    source, text_use = None, None
+    if path.exists() or args.model not in KNOWN_NAMES:  # a directory, or a Hub repo
+        model = load_model(args.model, None, args.revision)
+        hparams, dtype, source = model.hparams, str(model.dtype), model.source
+        where = str(path.resolve()) if source is None else f"{source.repo} at {source.commit}"
+        text_use = _text_use(model)
     else:
         name = resolve_name(args.model)  # ValueError naming the known names
         directory = model_dir(name)
@@ -351,13 +358,35 @@ def run_info(args: argparse.Namespace) -> int:
         hparams, dtype = HPARAMS[name], "float32 (as released)"
         where = f"{directory}" + ("" if present else " (not downloaded)")
     print(f"model       {args.model}")
+    if source is not None:
+        print(f"revision    {source.revision} -> commit {source.commit}")
+        if source.offline:
+            print(f"offline     {source.offline}")
     print(f"files       {where}")
+    if source is not None:
+        for name, file in source.files.items():
+            mark = " (huggingface_hub's cache)" if name in source.hf_cache else ""
+            print(f"  {name:<34} {file}{mark}")
     print(f"cache       {default_cache_dir()}")
     for key, value in hparams.to_dict().items():
         print(f"{key:<11} {value}")
     print(f"parameters  {hparams.n_params:,}")
     print(f"dtype       {dtype}")
+    if text_use is not None:
+        print(f"text        {text_use}")
     return 0
+
+
+def _text_use(model: Any) -> str:
+    """Whether the model's tokenizer can encode text, and if not, why."""
+    from .errors import CheckpointError
+
+    try:
+        tokenizer = model.tokenizer
+    except (CheckpointError, ValueError) as e:
+        return "no: " + " ".join(str(e).split()) + " (token ids work)"
+    files = ", ".join(getattr(tokenizer, "files", ()))
+    return f"yes ({files or 'GPT-2 bundled vocabulary'}; eot {model.eot_token})"
 
 
 def _debug() -> bool:

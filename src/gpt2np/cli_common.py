@@ -26,8 +26,11 @@ def parse_ids(text: str, what: str, example: str) -> list[int]:
     return ids
 
 
-def load_model(name_or_dir: str, dtype: Optional[str] = None) -> Any:
-    """gpt2np.load, imported on first use: the commands that need no model start faster."""
+def load_model(
+    name_or_dir: str, dtype: Optional[str] = None, revision: Optional[str] = None
+) -> Any:
+    """gpt2np.load, imported on first use: the commands that need no model start faster.
+    ``revision``: a Hub repo's branch, tag or commit."""
     from .api import load
 
-    return load(name_or_dir, dtype=dtype)
+    return load(name_or_dir, dtype=dtype, revision=revision)

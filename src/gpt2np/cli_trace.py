@@ -30,7 +30,10 @@ def add_parsers(subparsers: Any) -> None:
         "(embed.*, h{i}.*, ln_f, logits) plus a JSON manifest to an .npz that a port can "
         "diff against with 'gpt2np compare'. Layout: docs/golden-files.md.",
     )
-    p.add_argument("--model", required=True, help="published name (124M …) or a model directory")
+    p.add_argument(
+        "--model", required=True, help="published name (124M …), a model directory or a Hub repo id"
+    )
+    p.add_argument("--revision", help="the Hub repo's branch, tag or commit (default main)")
     text = p.add_mutually_exclusive_group(required=True)
     text.add_argument("--prompt", help="text to encode with the model's tokenizer")
     text.add_argument("--ids", help="token ids instead of text, e.g. '464,3290'")
@@ -71,7 +74,9 @@ def run_dump(args: argparse.Namespace) -> int:
     ids_or_text: Any = args.prompt
     if args.ids is not None:
         ids_or_text = parse_ids(args.ids, "--ids", "--ids 464,3290")
-    model = load_model(args.model)  # as stored: the manifest hashes the weights as stored
+    model = load_model(
+        args.model, None, args.revision
+    )  # as stored: the manifest hashes the weights as stored
     manifest = dump(
         model, ids_or_text, args.out, dtype=args.dtype, names=args.names, model_name=args.model
     )

@@ -42,10 +42,16 @@ FEW_ROWS, VOCAB_SLICE = 16, 1024
 
 
 def attend_blocked(
-    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, block: int = BLOCK
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    mask: np.ndarray,
+    block: int = BLOCK,
+    scale: float | None = None,
 ) -> np.ndarray:
-    """softmax(q·kᵀ / √Dh, masked) · v for a causal ``mask`` (query i sees no key after
-    T_past + i, where T_past = S - T), like :func:`gpt2np.attention.attend`.
+    """softmax(q·kᵀ · scale, masked) · v for a causal ``mask`` (query i sees no key after
+    T_past + i, where T_past = S - T), like :func:`gpt2np.attention.attend` (``scale`` 1/√Dh
+    when None).
 
     q [B, H, T, Dh], k and v [B, H, S, Dh], mask bool broadcastable to [B, H, T, S]
     ->  [B, H, T, Dh]
@@ -57,7 +63,7 @@ def attend_blocked(
     """
     T, S = q.shape[-2], k.shape[-2]
     T_past = S - T
-    q = q * (1.0 / math.sqrt(q.shape[-1]))  # [B, H, T, Dh]
+    q = q * (1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)  # [B, H, T, Dh]
     out = np.empty(q.shape, dtype=np.result_type(q, k, v))
     hidden = ~np.broadcast_to(mask, (*mask.shape[:-2], T, S))  # no head axis: small
     for i0 in range(0, T, block):
@@ -132,8 +138,9 @@ class Kernels(NamedTuple):
     """The functions a cached forward pass does its heavy work with (attention's core, the
     MLP's activation, the head), so that one composition runs the clear ones or the fast ones.
 
-    attend(q, k, v, mask) -> [B, H, T, Dh]; act(u) -> gelu(u) (may overwrite u, which the
-    caller owns); head(h, wte) -> logits.
+    attend(q, k, v, mask, scale=None) -> [B, H, T, Dh]; act(u) -> gelu(u), GPT-2's tanh GELU
+    (may overwrite u, which the caller owns; a model with another activation runs the clear
+    :func:`gpt2np.layers.activation` instead); head(h, w) -> logits, for w = wte or lm_head.
     """
 
     attend: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]

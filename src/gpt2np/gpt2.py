@@ -61,11 +61,24 @@ class GPT2:
         dtypes = {a.dtype for a in flatten(params).values()}
         if len(dtypes) != 1:
             raise TypeError(f"params mix dtypes {sorted(map(str, dtypes))}; pass dtype= to cast")
+        (computed,) = dtypes
+        if hparams.reorder_and_upcast_attn and np.finfo(computed).bits < 32:
+            raise ValueError(
+                f"this model's config sets reorder_and_upcast_attn: its attention scores are "
+                f"meant to be computed in float32, which gpt2np does only with float32 or float64 "
+                f"weights, not {computed}"
+            )
         self.hparams = hparams
         self.params = params
         self._tokenizer = tokenizer
         self.fast = fast
         self.kernels = FAST if fast else CLEAR
+        #: Defaults from the checkpoint's generation_config.json (eos_token_id, max_length,
+        #: max_new_tokens): the end of a text, and how many tokens generate() makes when not told.
+        self.generation_config: dict[str, Any] = {}
+        #: Where the weights came from, when loaded from the Hugging Face Hub: a
+        #: :class:`gpt2np.hub.Snapshot` (repo, revision, commit, files), else None.
+        self.source: Any = None
 
     @property
     def dtype(self) -> np.dtype:
@@ -94,15 +107,21 @@ class GPT2:
 
     @property
     def eot_token(self) -> Optional[int]:
-        """The id that ends a text (``<|endoftext|>``): the tokenizer's when one was given or
-        loaded, GPT-2's 50256 for its 50257-token vocabulary, else None (nothing ends early)."""
+        """The id that ends a text (``<|endoftext|>``): generation_config.json's eos_token_id
+        (the first, if it lists several), else the tokenizer's when one was given or loaded,
+        GPT-2's 50256 for its 50257-token vocabulary, else None (nothing ends early)."""
+        eos = self.generation_config.get("eos_token_id")
+        if eos is not None:
+            return eos if isinstance(eos, int) else eos[0]
         if self._tokenizer is not None:
             return getattr(self.tokenizer, "eot_token", None)
         return EOT_50257 if self.hparams.n_vocab == 50257 else None
 
     def astype(self, dtype: Any) -> GPT2:
         """The same model with every weight cast to ``dtype`` (e.g. np.float64)."""
-        return GPT2(self.hparams, self.params, self._tokenizer, dtype=dtype, fast=self.fast)
+        model = GPT2(self.hparams, self.params, self._tokenizer, dtype=dtype, fast=self.fast)
+        model.generation_config, model.source = dict(self.generation_config), self.source
+        return model
 
     # -- the forward pass, checked -----------------------------------------------------------
 
@@ -158,7 +177,7 @@ class GPT2:
     def generate(
         self,
         prompt: Any,
-        max_new_tokens: int = 50,
+        max_new_tokens: Optional[int] = None,
         *,
         temperature: float = 1.0,
         top_k: int = 0,
@@ -172,11 +191,33 @@ class GPT2:
         prompts gives a list. ``temperature=0`` is greedy; ``top_k``/``top_p`` filter (0 and 1.0
         are off); ``seed`` (int) makes sampling reproducible; ``stop`` str(s) end a row and are
         cut; ``stream=True`` yields pieces; ``context="slide"`` keeps the last n_ctx tokens
-        instead of raising. See :func:`gpt2np.generation.generate`."""
+        instead of raising. ``max_new_tokens`` defaults to the checkpoint's
+        generation_config.json (its max_new_tokens, or max_length less the longest prompt), else
+        50. See :func:`gpt2np.generation.generate`."""
+        if max_new_tokens is None:
+            max_new_tokens = self.default_max_new_tokens(prompt)
         return generate(
             prompt, self, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
             top_p=top_p, seed=seed, stop=stop, stream=stream, context=context,
         )  # fmt: skip
+
+    def default_max_new_tokens(self, prompt: Any) -> int:
+        """What :meth:`generate` makes when not told: generation_config.json's max_new_tokens,
+        or its max_length (which counts the prompt, as in HF) less the longest prompt's
+        tokens, else 50."""
+        config = self.generation_config
+        if "max_new_tokens" in config:
+            return config["max_new_tokens"]
+        if "max_length" not in config:
+            return 50
+        rows = (
+            [prompt] if isinstance(prompt, str) or not isinstance(prompt, (list, tuple)) else prompt
+        )
+        if rows and not isinstance(rows[0], (str, list, tuple, np.ndarray)):
+            rows = [prompt]  # one row of ids
+        lengths = [len(self.tokenizer.encode(r, allowed_special="all")) if isinstance(r, str)
+                   else int(np.shape(r)[-1]) for r in rows]  # fmt: skip
+        return max(0, config["max_length"] - max(lengths, default=0))
 
     def score(
         self, text_or_ids: Any, stride: Optional[int] = None, max_len: Optional[int] = None

@@ -22,9 +22,9 @@ import numpy as np
 
 from .attention import causal_mask, merge_heads, split_heads
 from .fast import FAST, Kernels
-from .hparams import HParams
-from .layers import layernorm, linear
-from .model import embed, positions_for
+from .hparams import ACTIVATIONS, HParams
+from .layers import activation, layernorm, linear
+from .model import attention_scale, embed, head_weight, positions_for
 
 __all__ = ["KVCache", "forward_cached", "forward_via_cache"]
 
@@ -111,11 +111,12 @@ def attention_cached(
     start: int,
     key_mask: np.ndarray | None,
     kernels: Kernels,
+    scale: float | None = None,
 ) -> np.ndarray:
     """:func:`gpt2np.attention.attention` with the keys and values kept in ``kv``.
 
     x [B, T, D]; kv [B, 2, H, max_len, Dh] with positions ``0 … start-1`` filled; the new keys
-    and values are written at ``start … start+T-1``. -> out [B, T, D]
+    and values are written at ``start … start+T-1``; scale as for attention. -> out [B, T, D]
     """
     qkv = linear(x, **c_attn)  # [B, T, D] -> [B, T, 3D]
     q, k, v = (split_heads(a, n_head) for a in np.split(qkv, 3, axis=-1))  # 3 x [B, H, T, Dh]
@@ -126,7 +127,7 @@ def attention_cached(
     mask = causal_mask(T, start)  # [T, S]
     if key_mask is not None:
         mask = mask & key_mask[:, None, None, :end]  # [B, 1, T, S]: no query sees padding
-    heads = kernels.attend(q, kv[:, 0, :, :end], kv[:, 1, :, :end], mask)  # [B, H, T, Dh]
+    heads = kernels.attend(q, kv[:, 0, :, :end], kv[:, 1, :, :end], mask, scale=scale)
     return linear(merge_heads(heads), **c_proj)  # [B, T, D]
 
 
@@ -146,18 +147,22 @@ def forward_cached(
     """
     T = ids.shape[1]
     x = embed(params["wte"], params["wpe"], ids, cache.positions(T))  # [B, T, D]
-    start, key_mask = cache.length, cache.key_mask
-    for p, kv in zip(params["blocks"], cache.kv):  # kv: this layer's [B, 2, H, max_len, Dh]
-        a = layernorm(x, **p["ln_1"])
+    start, key_mask, eps = cache.length, cache.key_mask, hparams.layer_norm_epsilon
+    # kernels.act is GPT-2's tanh GELU (FAST's works in place): other activations, the clear one
+    tanh_gelu = ACTIVATIONS[hparams.activation_function] == "gelu_tanh"
+    for i, (p, kv) in enumerate(zip(params["blocks"], cache.kv)):  # kv: [B, 2, H, max_len, Dh]
+        a = layernorm(x, **p["ln_1"], eps=eps)
         x = x + attention_cached(a, **p["attn"], n_head=hparams.n_head, kv=kv, start=start,
-                                 key_mask=key_mask, kernels=kernels)  # fmt: skip
-        m = kernels.act(linear(layernorm(x, **p["ln_2"]), **p["mlp"]["c_fc"]))  # [B, T, 4D]
+                                 key_mask=key_mask, kernels=kernels,
+                                 scale=attention_scale(hparams, i))  # fmt: skip
+        m = linear(layernorm(x, **p["ln_2"], eps=eps), **p["mlp"]["c_fc"])  # [B, T, 4D]
+        m = kernels.act(m) if tanh_gelu else activation(m, hparams.activation_function)
         x = x + linear(m, **p["mlp"]["c_proj"])  # [B, T, D]
     cache.length += T
-    h = layernorm(x, **params["ln_f"])  # [B, T, D]
+    h = layernorm(x, **params["ln_f"], eps=eps)  # [B, T, D]
     if last_only:
         h = h[:, -1:]  # [B, 1, D]
-    return kernels.head(h, params["wte"])
+    return kernels.head(h, head_weight(params, hparams))
 
 
 def forward_via_cache(

@@ -11,7 +11,21 @@ import math
 
 import numpy as np
 
-__all__ = ["RECORD_NOTHING", "Recorder", "gelu", "layernorm", "linear", "softmax"]
+from .erf import erfc
+from .hparams import ACTIVATIONS
+
+__all__ = [
+    "RECORD_NOTHING",
+    "Recorder",
+    "activation",
+    "gelu",
+    "gelu_erf",
+    "layernorm",
+    "linear",
+    "relu",
+    "silu",
+    "softmax",
+]
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -23,6 +37,51 @@ def gelu(x: np.ndarray) -> np.ndarray:
     """
     # x * x * x rather than x**3: NumPy's general power is ~10x slower than two multiplies
     return 0.5 * x * (1 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
+
+
+def gelu_erf(x: np.ndarray) -> np.ndarray:
+    """The exact GELU (HF's ``gelu``), x times the standard normal CDF Φ(x).
+
+    gelu_erf(x) = x · Φ(x) = 0.5 · x · erfc(-x / √2)                    [...] -> [...]
+
+    erfc rather than 1 + erf keeps Φ accurate where it is tiny (x ≪ 0). Computed in float64
+    (:mod:`gpt2np.erf`) and rounded to x's dtype. It differs from the tanh form by up to ~5e-4.
+    """
+    x64 = x.astype(np.float64)  # -x/√2 rounded to float32 would cost Φ(-5) a dozen ulps
+    return (x64 * (0.5 * erfc(-x64 / math.sqrt(2.0)))).astype(x.dtype, copy=False)
+
+
+def relu(x: np.ndarray) -> np.ndarray:
+    """relu(x) = max(x, 0).                                              [...] -> [...]"""
+    return np.maximum(x, 0)
+
+
+def silu(x: np.ndarray) -> np.ndarray:
+    """The sigmoid-weighted linear unit (HF's ``silu`` and ``swish``).
+
+    silu(x) = x · σ(x) = x / (1 + exp(-x))                              [...] -> [...]
+
+    σ is written with e = exp(-|x|), which never overflows: σ(x) = 1 / (1 + e) for x ≥ 0 and
+    e / (1 + e) for x < 0.
+    """
+    e = np.exp(-np.abs(x))
+    return x * np.where(x >= 0, 1, e) / (1 + e)
+
+
+def activation(x: np.ndarray, name: str) -> np.ndarray:
+    """The MLP's activation, by HF's name (``hparams.activation_function``).  [...] -> [...]
+
+    GPT-2's is the tanh GELU ("gelu_new", and "gelu_pytorch_tanh", the same equation); the
+    family also has the exact GELU ("gelu"), ReLU and SiLU ("silu", "swish").
+    """
+    kind = ACTIVATIONS[name]
+    if kind == "gelu_tanh":
+        return gelu(x)
+    if kind == "gelu_erf":
+        return gelu_erf(x)
+    if kind == "relu":
+        return relu(x)
+    return silu(x)
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -38,7 +97,9 @@ def layernorm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float = 1e-5) ->
     """Layer normalisation over the last axis (Ba et al., 2016).
 
     μ = mean(x), σ² = mean((x - μ)²)  (the biased variance)
-    y = g · (x - μ) / √(σ² + ε) + b,  ε = 1e-5                    [..., D] -> [..., D]
+    y = g · (x - μ) / √(σ² + ε) + b,  ε = 1e-5 in GPT-2          [..., D] -> [..., D]
+
+    (HF's ``layer_norm_epsilon`` may set another ε.)
     """
     mean = np.mean(x, axis=-1, keepdims=True)
     variance = np.mean(np.square(x - mean), axis=-1, keepdims=True)

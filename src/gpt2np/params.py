@@ -11,6 +11,10 @@ squeezed away, so every weight is ``[n_in, n_out]``::
                  "mlp": {"c_fc": {"w": [D, 4D], "b": [4D]}, "c_proj": {"w": [4D, D], "b": [D]}}},
                 ... n_layer of them],
      "ln_f": {"g": [D], "b": [D]}}
+
+The MLP's hidden width 4D is ``hparams.d_ff`` (HF's ``n_inner`` when set), and a model whose
+head is not tied to wte (``tie_word_embeddings=False``) has one more tensor, ``"lm_head"``
+[V, D], laid out like wte.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ Params = dict[str, Any]
 
 
 def expected_shapes(hparams: HParams) -> dict[str, tuple[int, ...]]:
-    """Every tensor's flat name (``blocks.0.attn.c_attn.w``) and shape for these hparams."""
-    V, C, D, L = hparams.n_vocab, hparams.n_ctx, hparams.n_embd, hparams.n_layer
+    """Every tensor's flat name (``blocks.0.attn.c_attn.w``) and shape for these hparams, in
+    forward order (``lm_head`` last, when the head is untied)."""
+    V, C, D, L, F = hparams.n_vocab, hparams.n_ctx, hparams.n_embd, hparams.n_layer, hparams.d_ff
     shapes: dict[str, tuple[int, ...]] = {"wte": (V, D), "wpe": (C, D)}
     for i in range(L):
         p = f"blocks.{i}."
@@ -39,11 +44,13 @@ def expected_shapes(hparams: HParams) -> dict[str, tuple[int, ...]]:
                 p + "attn.c_attn.w": (D, 3 * D), p + "attn.c_attn.b": (3 * D,),
                 p + "attn.c_proj.w": (D, D), p + "attn.c_proj.b": (D,),
                 p + "ln_2.g": (D,), p + "ln_2.b": (D,),
-                p + "mlp.c_fc.w": (D, 4 * D), p + "mlp.c_fc.b": (4 * D,),
-                p + "mlp.c_proj.w": (4 * D, D), p + "mlp.c_proj.b": (D,),
+                p + "mlp.c_fc.w": (D, F), p + "mlp.c_fc.b": (F,),
+                p + "mlp.c_proj.w": (F, D), p + "mlp.c_proj.b": (D,),
             }
         )  # fmt: skip
     shapes.update({"ln_f.g": (D,), "ln_f.b": (D,)})
+    if not hparams.tie_word_embeddings:
+        shapes["lm_head"] = (V, D)
     return shapes
 
 
@@ -82,15 +89,16 @@ def unflatten(flat: dict[str, np.ndarray], hparams: HParams) -> Params:
 
 
 def check_params(params: Params, hparams: HParams) -> None:
-    """Raise ValueError naming the first tensor that is missing, misshapen or not floating."""
+    """Raise ValueError naming the first tensor that is missing, misshapen, not floating, or
+    not used by these hparams (an ``lm_head`` beside a tied head would be silently ignored)."""
     if not isinstance(params, dict):
         raise TypeError(f"params must be a dict, got {type(params).__name__}")
     blocks = params.get("blocks")
     if not isinstance(blocks, (list, tuple)) or len(blocks) != hparams.n_layer:
         n = len(blocks) if isinstance(blocks, (list, tuple)) else "no"
         raise ValueError(f"params has {n} blocks, hparams.n_layer is {hparams.n_layer}")
-    flat = flatten(params)
-    for name, shape in expected_shapes(hparams).items():
+    flat, shapes = flatten(params), expected_shapes(hparams)
+    for name, shape in shapes.items():
         if name not in flat:
             raise ValueError(f"params is missing tensor {name} {list(shape)}")
         a = flat[name]
@@ -102,6 +110,10 @@ def check_params(params: Params, hparams: HParams) -> None:
             )
         if not np.issubdtype(a.dtype, np.floating):
             raise TypeError(f"params tensor {name} has dtype {a.dtype}, expected a float type")
+    unused = [name for name in flat if name not in shapes]
+    if unused:
+        why = " (the hparams tie the head to wte)" if unused[0] == "lm_head" else ""
+        raise ValueError(f"params has tensor {unused[0]}, which these hparams do not use{why}")
 
 
 def map_params(fn: Callable[[np.ndarray], np.ndarray], params: Params) -> Params:

@@ -37,7 +37,8 @@ import numpy as np
 import regex
 
 from .bpe import MergeTable, bpe_fast, bytes_to_unicode, last_cut, pretokenize, split_text
-from .vocab import ENDOFTEXT, read_vocabulary
+from .tokenizer_json import read_tokenizer_json
+from .vocab import ENDOFTEXT, parse_vocabulary, read_vocabulary
 
 __all__ = [
     "ENCODER_JSON_SHA256",
@@ -124,10 +125,33 @@ class Tokenizer:
         tok._load(pathlib.Path(encoder_json), pathlib.Path(vocab_bpe), pins=None)
         return tok
 
+    @classmethod
+    def from_tokenizer_json(cls, path: str | os.PathLike[str]) -> Tokenizer:
+        """A tokenizer from HF tokenizers' ``tokenizer.json``, when it describes GPT-2's
+        byte-level BPE (else a CheckpointError saying what differs:
+        :mod:`gpt2np.tokenizer_json`). Its vocabulary and merges are checked as
+        :meth:`from_files` checks ``vocab.json`` and ``merges.txt``."""
+        path = pathlib.Path(path)
+        encoder, merges = parse_vocabulary(*read_tokenizer_json(path), str(path), str(path))
+        tok = cls.__new__(cls)
+        tok._build(encoder, merges, digests=None, source=(str(path),), bundled=False)
+        return tok
+
     def _load(
         self, encoder_path: pathlib.Path, merges_path: pathlib.Path, pins: tuple[str, str] | None
     ) -> None:
         encoder, merges, digests = read_vocabulary(encoder_path, merges_path, pins)
+        source = (str(encoder_path), str(merges_path))
+        self._build(encoder, merges, digests, source, bundled=pins is not None)
+
+    def _build(
+        self,
+        encoder: dict[str, int],
+        merges: list[tuple[str, str]],
+        digests: tuple[str, str] | None,
+        source: tuple[str, ...],
+        bundled: bool,
+    ) -> None:
         self._eot_token = encoder[ENDOFTEXT]
         self._table = MergeTable.build(merges, encoder)
         byte_to_symbol = bytes_to_unicode()
@@ -149,8 +173,8 @@ class Tokenizer:
                 if i != self._eot_token and "\ufffd" not in text:
                     whole[text] = (i,)
         self._cache = _PieceCache(whole, self._encode_piece)
-        self._source = (str(encoder_path), str(merges_path))
-        self._bundled = pins is not None
+        self._source = source
+        self._bundled = bundled
 
     # -- properties -----------------------------------------------------------------------
 
@@ -180,9 +204,9 @@ class Tokenizer:
         return {ENDOFTEXT}
 
     @property
-    def files(self) -> tuple[str, str]:
-        """The paths this vocabulary was read from: (encoder.json, vocab.bpe) or HF's
-        (vocab.json, merges.txt)."""
+    def files(self) -> tuple[str, ...]:
+        """The paths this vocabulary was read from: (encoder.json, vocab.bpe), HF's
+        (vocab.json, merges.txt), or (tokenizer.json,)."""
         return self._source
 
     def __repr__(self) -> str:

@@ -32,6 +32,7 @@ __all__ = [
     "check_pair",
     "parse_encoder",
     "parse_merges",
+    "parse_vocabulary",
     "read_file",
     "read_vocabulary",
 ]
@@ -231,7 +232,16 @@ def read_vocabulary(
                 f"{path}: SHA-256 is {digest}, expected {pin}; the bundled GPT-2 vocabulary is "
                 "damaged (reinstall gpt2np)"
             )
-    encoder = parse_encoder(datas[0], str(encoder_path))
-    merges = parse_merges(datas[1], str(merges_path), encoder)
-    check_pair(encoder, merges, str(encoder_path), str(merges_path))
+    encoder, merges = parse_vocabulary(datas[0], datas[1], str(encoder_path), str(merges_path))
     return encoder, merges, digests  # type: ignore[return-value]
+
+
+def parse_vocabulary(
+    encoder_data: bytes, merges_data: bytes, encoder_name: str, merges_name: str
+) -> tuple[dict[str, int], list[Pair]]:
+    """Parse an encoder (JSON: token -> id) and its merges (one pair per line), and check each
+    against the other; errors name the file they come from."""
+    encoder = parse_encoder(encoder_data, encoder_name)
+    merges = parse_merges(merges_data, merges_name, encoder)
+    check_pair(encoder, merges, encoder_name, merges_name)
+    return encoder, merges

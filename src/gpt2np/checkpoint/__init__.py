@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from .crc32c import crc32c
-from .loader import Checkpoint, load_dir, save_dir
+from .loader import Checkpoint, load_dir, load_files, save_dir
 from .safetensors import read_safetensors, write_safetensors
 from .tf_bundle import read_tf_checkpoint
 
@@ -21,6 +21,7 @@ __all__ = [
     "Checkpoint",
     "crc32c",
     "load_dir",
+    "load_files",
     "read_safetensors",
     "read_tf_checkpoint",
     "save_dir",

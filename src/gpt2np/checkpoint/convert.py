@@ -12,28 +12,73 @@ gpt2np's flat names (:func:`gpt2np.params.expected_shapes`) follow OpenAI's::
     model/ln_f/{g,b}                ln_f.{g,b}                  ln_f.{weight,bias}
 
 HF's Conv1D stores its weight [in, out] like OpenAI's conv1d (without the leading 1), so no
-transpose is needed anywhere. HF's ``lm_head.weight`` is the tied wte; ``h.{i}.attn.bias`` and
-``h.{i}.attn.masked_bias`` are the causal-mask buffers, not weights.
+transpose is needed anywhere. HF's ``lm_head.weight`` is the tied wte, or gpt2np's ``lm_head``
+[V, D] when the config unties it; ``h.{i}.attn.bias`` and ``h.{i}.attn.masked_bias`` are the
+causal-mask buffers, not weights.
+
+HF's ``config.json`` (GPT2Config) has three kinds of fields, listed below: those that set the
+maths, each read into :class:`~gpt2np.hparams.HParams` and run; those whose only values gpt2np
+runs are GPT-2's, refused otherwise; and those that change nothing at inference (dropout,
+initialisation, other heads, generation defaults, bookkeeping).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 from typing import Any
 
 import numpy as np
 
 from ..errors import CheckpointError
-from ..hparams import HParams
+from ..hparams import ACTIVATIONS, HParams
 from ..params import expected_shapes
 
 __all__ = [
+    "CONFIG_FIELDS_INERT",
+    "CONFIG_FIELDS_MATHS",
+    "CONFIG_FIELDS_REFUSED",
     "flat_from_hf",
     "flat_from_openai",
     "hf_config",
     "hf_from_flat",
     "hparams_from_hf_config",
 ]
+
+#: GPT2Config's fields that set the maths -> the HParams field each becomes.
+CONFIG_FIELDS_MATHS = {
+    "vocab_size": "n_vocab",
+    "n_positions": "n_ctx",  # older configs also repeat it as n_ctx, which transformers ignores
+    "n_embd": "n_embd",
+    "n_head": "n_head",
+    "n_layer": "n_layer",
+    "n_inner": "n_inner",
+    "activation_function": "activation_function",
+    "layer_norm_epsilon": "layer_norm_epsilon",
+    "scale_attn_weights": "scale_attn_weights",
+    "scale_attn_by_inverse_layer_idx": "scale_attn_by_inverse_layer_idx",
+    "reorder_and_upcast_attn": "reorder_and_upcast_attn",
+    "tie_word_embeddings": "tie_word_embeddings",
+}
+#: Fields that would change the maths in ways gpt2np does not run -> the one value it accepts
+#: (GPT-2's; a missing field is that value too).
+CONFIG_FIELDS_REFUSED = {
+    "add_cross_attention": False,  # cross-attention layers over an encoder's states
+    "pruned_heads": {},  # heads removed from some blocks: blocks of unequal widths
+}
+#: Fields that change nothing at inference: dropout and initialisation (training only), the
+#: sequence-summary head of GPT2DoubleHeadsModel, generation defaults, bookkeeping.
+CONFIG_FIELDS_INERT = frozenset({
+    "resid_pdrop", "embd_pdrop", "attn_pdrop", "initializer_range", "summary_type",
+    "summary_use_proj", "summary_activation", "summary_proj_to_labels", "summary_first_dropout",
+    "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "n_ctx", "model_type",
+    "architectures", "transformers_version", "output_hidden_states", "output_attentions",
+    "return_dict", "dtype", "torch_dtype", "chunk_size_feed_forward", "is_encoder_decoder",
+    "id2label", "label2id", "problem_type", "_name_or_path", "task_specific_params",
+})  # fmt: skip
+_BOOLEAN_SETTINGS = ("scale_attn_weights", "scale_attn_by_inverse_layer_idx",
+                     "reorder_and_upcast_attn", "tie_word_embeddings")  # fmt: skip
 
 _HF_LEAF = {"g": "weight", "b": "bias", "w": "weight"}
 _MASK_BUFFER = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)$")
@@ -103,8 +148,9 @@ def flat_from_hf(
 ) -> dict[str, np.ndarray]:
     """HF GPT-2 tensors (with or without ``transformer.``) -> flat params, shapes checked.
 
-    ``lm_head.weight`` must be absent or equal to wte (gpt2np's head is tied); mask buffers are
-    ignored; any other unknown tensor is an error, since it means this is not a GPT-2 LM.
+    A tied head (GPT-2's) needs ``lm_head.weight`` absent or equal to wte; an untied one
+    (``tie_word_embeddings=False``) needs it, as ``lm_head``. Mask buffers are ignored; any other
+    unknown tensor is an error, since it means this is not a GPT-2 LM.
     """
     stripped: dict[str, np.ndarray] = {}
     for name, a in tensors.items():
@@ -112,7 +158,7 @@ def flat_from_hf(
         if key in stripped:
             raise CheckpointError(f"{source} holds tensor {key} twice (with and without prefix)")
         stripped[key] = a
-    lm_head = stripped.pop("lm_head.weight", None)
+    lm_head = stripped.pop("lm_head.weight", None) if hparams.tie_word_embeddings else None
     check_layer_count(len(stripped), hparams, source)
     flat = {
         f: _take(stripped, hf_name(f), shape, source, squeeze=False)
@@ -126,13 +172,15 @@ def flat_from_hf(
         lm_head.shape == flat["wte"].shape and np.array_equal(lm_head, flat["wte"])
     ):
         raise CheckpointError(
-            f"lm_head.weight in {source} differs from wte.weight; gpt2np needs the tied head"
+            f"lm_head.weight in {source} differs from wte.weight, but the config ties the head "
+            "to wte (tie_word_embeddings is true): which of the two is meant cannot be told"
         )
     return flat
 
 
 def hf_from_flat(flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Flat params -> HF GPT2Model names (no ``transformer.`` prefix, no lm_head)."""
+    """Flat params -> HF names (no ``transformer.`` prefix; ``lm_head.weight`` only when the
+    params have an untied ``lm_head``)."""
     return {hf_name(name): a for name, a in flat.items()}
 
 
@@ -147,15 +195,18 @@ def hf_config(hparams: HParams) -> dict[str, Any]:
         "n_embd": hparams.n_embd,
         "n_layer": hparams.n_layer,
         "n_head": hparams.n_head,
-        "n_inner": None,
-        "activation_function": "gelu_new",
-        "layer_norm_epsilon": 1e-5,
+        "n_inner": hparams.n_inner,
+        "activation_function": hparams.activation_function,
+        "layer_norm_epsilon": hparams.layer_norm_epsilon,
         "resid_pdrop": 0.1,
         "embd_pdrop": 0.1,
         "attn_pdrop": 0.1,
         "initializer_range": 0.02,
-        "scale_attn_weights": True,
-        "tie_word_embeddings": True,
+        "scale_attn_weights": hparams.scale_attn_weights,
+        "scale_attn_by_inverse_layer_idx": hparams.scale_attn_by_inverse_layer_idx,
+        "reorder_and_upcast_attn": hparams.reorder_and_upcast_attn,
+        "add_cross_attention": False,
+        "tie_word_embeddings": hparams.tie_word_embeddings,
         "bos_token_id": 50256,
         "eos_token_id": 50256,
         "torch_dtype": "float32",
@@ -163,7 +214,9 @@ def hf_config(hparams: HParams) -> dict[str, Any]:
 
 
 def hparams_from_hf_config(config: Any, source: str) -> HParams:
-    """HParams from an HF GPT-2 ``config.json`` dict; CheckpointError if it is not one we run."""
+    """HParams from an HF GPT-2 ``config.json`` dict: the shapes, and every setting of
+    :data:`CONFIG_FIELDS_MATHS`. A CheckpointError names the field and value of anything gpt2np
+    does not run (:data:`CONFIG_FIELDS_REFUSED`, an unknown activation, a malformed value)."""
     if not isinstance(config, dict):
         raise CheckpointError(f"{source} is not a JSON object")
     if config.get("model_type", "gpt2") != "gpt2":
@@ -174,16 +227,37 @@ def hparams_from_hf_config(config: Any, source: str) -> HParams:
     missing = [k for k, v in values.items() if v is None]
     if missing:
         raise CheckpointError(f"{source} lacks {', '.join(missing)}")
-    try:  # first, so that the n_inner check below compares with a checked int n_embd
-        hparams = HParams(**values)
+    try:  # the shapes first, so that n_inner below is compared with a checked int n_embd
+        shapes = HParams(**values)
     except (TypeError, ValueError) as e:
         raise CheckpointError(f"{source}: {e}") from None
-    checks = {
-        "activation_function": ("gelu_new", config.get("activation_function", "gelu_new")),
-        "n_inner": (None, config.get("n_inner")),
-        "layer_norm_epsilon": (1e-5, config.get("layer_norm_epsilon", 1e-5)),
-    }
-    for key, (want, got) in checks.items():
-        if got != want and not (key == "n_inner" and got == 4 * hparams.n_embd):
-            raise CheckpointError(f"{source} has {key}={got!r}; gpt2np implements {want!r}")
-    return hparams
+    for key, accepted in CONFIG_FIELDS_REFUSED.items():
+        value = config.get(key, accepted)
+        if value not in (accepted, None):
+            raise CheckpointError(
+                f"{source} has {key}={value!r}; gpt2np runs only GPT-2's {key}={accepted!r}"
+            )
+    settings = {key: config[key] for key in _BOOLEAN_SETTINGS if key in config}
+    for key, value in settings.items():
+        if not isinstance(value, bool):
+            raise CheckpointError(f"{source} has {key}={value!r}; it must be true or false")
+    if "layer_norm_epsilon" in config:
+        eps = config["layer_norm_epsilon"]
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:
+            raise CheckpointError(
+                f"{source} has layer_norm_epsilon={eps!r}; it must be a positive number"
+            )
+        settings["layer_norm_epsilon"] = float(eps)
+    activation = config.get("activation_function", "gelu_new")
+    if activation not in ACTIVATIONS:
+        raise CheckpointError(
+            f"{source} has activation_function={activation!r}; gpt2np runs "
+            f"{', '.join(map(repr, ACTIVATIONS))}"
+        )
+    settings["activation_function"] = activation
+    n_inner = config.get("n_inner")
+    if n_inner is not None and (type(n_inner) is not int or n_inner <= 0):
+        raise CheckpointError(f"{source} has n_inner={n_inner!r}; it must be null or an int > 0")
+    if n_inner is not None and n_inner != 4 * shapes.n_embd:  # 4 * n_embd is the default
+        settings["n_inner"] = n_inner
+    return dataclasses.replace(shapes, **settings)

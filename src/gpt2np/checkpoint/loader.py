@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from typing import Any, Optional
 
 import numpy as np
@@ -31,11 +32,12 @@ from ..errors import CheckpointError, warn
 from ..hparams import HParams
 from ..params import Params, flatten, unflatten
 from . import cache
-from .convert import flat_from_hf, flat_from_openai, hf_config, hf_from_flat, hparams_from_hf_config
-from .safetensors import read_safetensors, write_safetensors
+from .convert import flat_from_openai, hf_config, hf_from_flat
+from .hf import read_files, read_hf_flat, read_json, vocabulary_files
+from .safetensors import write_safetensors
 from .tf_bundle import data_path, read_tf_checkpoint, read_tf_index
 
-__all__ = ["Checkpoint", "load_dir", "save_dir"]
+__all__ = ["Checkpoint", "load_dir", "load_files", "save_dir"]
 
 _PICKLE_NAMES = re.compile(r".*\.(bin|pt|pth|pkl|pickle|ckpt)$")
 
@@ -47,29 +49,22 @@ def _refuse_pickle(path: str) -> CheckpointError:
     )
 
 
-def _read_json(path: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise CheckpointError(f"missing {path}") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise CheckpointError(f"cannot read {path}: {e}") from None
-
-
 @dataclasses.dataclass(frozen=True)
 class Checkpoint:
     """What :func:`load_dir` read: the shapes, the weights, and where the vocabulary is.
 
-    hparams: the five numbers; params: the nested parameter tree (memory-mapped where the files
-    allow it); vocabulary: the (encoder, merges) paths when the directory has either of its
-    vocabulary files (``encoder.json`` + ``vocab.bpe``, or HF's ``vocab.json`` + ``merges.txt``;
-    one of the two may be missing, which the tokenizer reports on first use), else None.
+    hparams: the five numbers (and the GPT-2 family's settings); params: the nested parameter
+    tree (memory-mapped where the files allow it); vocabulary: the (encoder, merges) paths when
+    the directory has either of its vocabulary files (``encoder.json`` + ``vocab.bpe``, or HF's
+    ``vocab.json`` + ``merges.txt``; one of the two may be missing, which the tokenizer reports
+    on first use), else (tokenizer.json,) when HF has only that, else None; generation: the
+    defaults of HF's ``generation_config.json`` (eos_token_id, max_length, max_new_tokens).
     """
 
     hparams: HParams
     params: Params
-    vocabulary: Optional[tuple[str, str]] = None
+    vocabulary: Optional[tuple[str, ...]] = None
+    generation: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _vocabulary(directory: str, encoder: str, merges: str) -> Optional[tuple[str, str]]:
@@ -116,7 +111,7 @@ def load_dir(
 
 def _load_file(path: str, cache_dir: Any, use_cache: bool) -> Checkpoint:
     if path.endswith(".safetensors"):
-        return _load_hf(os.path.dirname(path) or ".", files=[path])
+        return _load_hf(os.path.dirname(path) or ".", weights=path)
     if path.endswith(".index"):
         prefix = path[: -len(".index")]
         return _load_tf_prefix(os.path.dirname(path) or ".", prefix, cache_dir, use_cache)
@@ -207,7 +202,7 @@ def _read_cache_entry(root: str, key: str, hparams: HParams) -> dict[str, np.nda
     try:
         if cache.is_linked(hit):
             return cache.read_linked_entry(hit, hparams)
-        return _read_hf_flat(os.path.join(hit, "model.safetensors"), hparams)
+        return read_hf_flat(os.path.join(hit, "model.safetensors"), hparams)
     except CheckpointError as e:
         warn(f"discarding a damaged cache entry: {e}")
         shutil.rmtree(hit, ignore_errors=True)
@@ -215,7 +210,7 @@ def _read_cache_entry(root: str, key: str, hparams: HParams) -> dict[str, np.nda
 
 
 def _hparams(path: str) -> HParams:
-    data = _read_json(path)
+    data = read_json(path)
     if not isinstance(data, dict):
         raise CheckpointError(f"{path} is not a JSON object")
     try:
@@ -227,53 +222,33 @@ def _hparams(path: str) -> HParams:
 # --- HF safetensors --------------------------------------------------------------------------
 
 
-def _hf_files(directory: str) -> list[str]:
-    single = os.path.join(directory, "model.safetensors")
-    if os.path.isfile(single):
-        return [single]
-    index_path = os.path.join(directory, "model.safetensors.index.json")
-    index = _read_json(index_path)
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise CheckpointError(f"{index_path} has no weight_map of tensor names to files")
-    files = sorted(set(weight_map.values()))
-    if any(os.path.basename(f) != f for f in files):
-        raise CheckpointError(f"{index_path} names files outside its directory")
-    return [os.path.join(directory, f) for f in files]
+def load_files(files: Mapping[str, str | os.PathLike[str]]) -> Checkpoint:
+    """An HF checkpoint given file by file, name -> path (``config.json``, the safetensors, the
+    vocabulary, ``generation_config.json``): a Hub snapshot whose files lie in two caches."""
+    named = {name: os.fspath(path) for name, path in files.items()}
+    hparams, flat, generation = read_files(named)
+    return Checkpoint(hparams, unflatten(flat, hparams), vocabulary_files(named), generation)
 
 
-def _read_hf_flat(files: str | list[str], hparams: HParams) -> dict[str, np.ndarray]:
-    files = [files] if isinstance(files, str) else files
-    tensors: dict[str, np.ndarray] = {}
-    origin: dict[str, str] = {}
-    for f in files:
-        if not os.path.isfile(f):
-            raise CheckpointError(f"missing {f}")
-        for name, array in read_safetensors(f, mmap=True).items():
-            if name in origin:  # which copy is meant? Not ours to guess
-                raise CheckpointError(f"tensor {name} is in both {origin[name]} and {f}")
-            tensors[name], origin[name] = array, f
-    return flat_from_hf(
-        tensors, hparams, files[0] if len(files) == 1 else os.path.dirname(files[0])
-    )
-
-
-def _load_hf(directory: str, files: list[str] | None = None) -> Checkpoint:
-    config_path = os.path.join(directory, "config.json")
-    hparams = hparams_from_hf_config(_read_json(config_path), config_path)
-    flat = _read_hf_flat(files or _hf_files(directory), hparams)
-    vocabulary = _vocabulary(directory, "vocab.json", "merges.txt")
-    return Checkpoint(hparams, unflatten(flat, hparams), vocabulary)
+def _load_hf(directory: str, weights: str | None = None) -> Checkpoint:
+    files = {name: os.path.join(directory, name) for name in os.listdir(directory)}
+    files["config.json"] = os.path.join(directory, "config.json")  # missing: say so
+    if weights is not None:  # a .safetensors file named by the caller
+        files = {k: v for k, v in files.items() if not k.startswith("model.safetensors")}
+        files["model.safetensors"] = weights
+    return load_files(files)
 
 
 def save_dir(
     out_dir: str | os.PathLike[str],
     hparams: HParams,
     params: Params,
-    vocabulary: Optional[tuple[str, str]] = None,
+    vocabulary: Optional[tuple[str, ...]] = None,
+    generation: Optional[Mapping[str, Any]] = None,
 ) -> None:
     """Write HF's GPT2LMHeadModel layout: config.json + model.safetensors (+ vocab.json and
-    merges.txt copied from ``vocabulary``, the (encoder, merges) paths, when given).
+    merges.txt copied from ``vocabulary``, the (encoder, merges) paths, or tokenizer.json from
+    a 1-tuple; + generation_config.json of ``generation``'s defaults, when given).
 
     The output loads with ``transformers.GPT2LMHeadModel.from_pretrained(out_dir)`` and with
     :func:`load_dir` (giving identical arrays). Each file is written to a temporary name and
@@ -291,7 +266,15 @@ def save_dir(
     os.replace(tmp, os.path.join(out_dir, "config.json"))
     # the vocabulary as HF's vocab.json + merges.txt (the same formats as OpenAI's encoder.json
     # + vocab.bpe), so that the directory is complete for HF and for load_dir
-    for src, name in zip(vocabulary or (), ("vocab.json", "merges.txt")):
+    names = (
+        ("tokenizer.json",) if vocabulary and len(vocabulary) == 1 else ("vocab.json", "merges.txt")
+    )
+    for src, name in zip(vocabulary or (), names):
         tmp = os.path.join(out_dir, f".{name}.{os.getpid()}.tmp")
         shutil.copyfile(src, tmp)
         os.replace(tmp, os.path.join(out_dir, name))
+    if generation:
+        tmp = os.path.join(out_dir, f".generation_config.json.{os.getpid()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(dict(generation), f, indent=2)
+        os.replace(tmp, os.path.join(out_dir, "generation_config.json"))
