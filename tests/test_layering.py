@@ -18,12 +18,12 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "gpt2np"
 
 #: Bottom to top. A module may import from its own layer and from the layers its entry allows.
 LAYERS: dict[str, tuple[str, ...]] = {
-    "foundation": ("_version", "errors", "hparams", "params", "paths"),
+    "foundation": ("_version", "errors", "hparams", "params", "paths", "progress"),
     "maths": ("layers", "attention", "block", "model", "fast", "kvcache"),
     "tokenizer": ("bpe", "tokenizer"),
     "files": ("checkpoint", "checkpoint.*", "download", "hub", "hub.*"),
     "uses": ("sampling", "generation", "beam", "logits_processors", "scoring", "trace", "golden",
-             "diff", "diff.*", "golden.*"),
+             "diff", "diff.*", "golden.*", "lens"),
     "facade": ("__init__", "api", "gpt2", "checks"),
     "cli": ("cli", "cli_*", "__main__"),
 }  # fmt: skip

@@ -25,6 +25,7 @@ from .checkpoint import load_dir, save_dir
 from .download import KNOWN_NAMES, download
 from .errors import CheckpointError
 from .gpt2 import GPT2
+from .progress import show_progress
 from .tokenizer import Tokenizer
 
 __all__ = ["generate", "load", "save"]
@@ -46,11 +47,14 @@ def load(
 
     An existing path is loaded as it is, even if it is also a model name (so inside OpenAI's
     ``models/`` directory, ``load("124M")`` reads ``./124M``). Otherwise a known name is fetched
-    with :func:`gpt2np.download` (``models_dir`` and ``progress`` go there; nothing is
-    transferred once the files are complete). The files are read by
-    :func:`gpt2np.checkpoint.load_dir`, which checks every tensor's CRC32C and caches the
-    conversion in ``cache_dir`` (default ``$GPT2NP_HOME/cache``; ``use_cache=False`` skips it).
-    ``dtype`` casts the weights (default: float32 as stored); ``fast`` as for :class:`GPT2`.
+    with :func:`gpt2np.download` (``models_dir`` goes there; nothing is transferred once the
+    files are complete). The files are read by :func:`gpt2np.checkpoint.load_dir`, which
+    checks every tensor's CRC32C and caches the conversion in ``cache_dir`` (default
+    ``$GPT2NP_HOME/cache``; ``use_cache=False`` skips it). ``dtype`` casts the weights
+    (default: float32 as stored); ``fast`` as for :class:`GPT2`.
+
+    progress: bars for the download and the first load's verification; None (default) shows
+        them on a terminal or in a notebook, True/False force them (:mod:`gpt2np.progress`).
 
     Raises ValueError for a string that is neither an existing path nor a known name,
     :class:`~gpt2np.CheckpointError` for a missing path or bad files, and
@@ -61,13 +65,14 @@ def load(
     text = os.fspath(name_or_path)
     if not isinstance(text, str) or not text:
         raise ValueError(f"load() needs a model name or a path, got {name_or_path!r}")
+    progress = show_progress(progress)  # resolved once: the download and the reader agree
     path = pathlib.Path(text).expanduser()
     if path.exists():
-        return _model(load_dir(path, cache_dir, use_cache), dtype, fast)
+        return _model(load_dir(path, cache_dir, use_cache, progress), dtype, fast)
     if isinstance(name_or_path, str) and text in KNOWN_NAMES:
         directory = download(text, models_dir=models_dir, progress=progress)
         try:
-            return _model(load_dir(directory, cache_dir, use_cache), dtype, fast)
+            return _model(load_dir(directory, cache_dir, use_cache, progress), dtype, fast)
         except CheckpointError as e:  # e.g. a CRC32C mismatch in a file whose size was right
             raise CheckpointError(
                 f"{e}\nThese files were downloaded into {directory}; delete that directory "
@@ -153,9 +158,11 @@ def generate(
     stream: bool = False,
     context: str = "error",
     dtype: Any = None,
+    progress: Optional[bool] = None,
 ) -> Any:
     """:func:`gpt2np.generation.generate` with the model given as a :class:`GPT2`, or as a name
     ("124M") or directory for :func:`load`, loaded once per process and ``dtype`` and reused.
+    ``progress`` (:mod:`gpt2np.progress`) goes to the loading and the generation.
 
     The arguments are checked before a named model is loaded (and perhaps downloaded).
     """
@@ -164,10 +171,12 @@ def generate(
         seed=seed, stop=stop, stream=stream, context=context,
     )  # fmt: skip
     generation.check_args(prompt, **kwargs)
-    return generation.generate(prompt, _resolve_model(model, dtype), **kwargs)
+    progress = show_progress(progress)
+    resolved = _resolve_model(model, dtype, progress)
+    return generation.generate(prompt, resolved, **kwargs, progress=progress)
 
 
-def _resolve_model(model: Any, dtype: Any) -> GPT2:
+def _resolve_model(model: Any, dtype: Any, progress: Optional[bool] = None) -> GPT2:
     """A GPT2 as given (cast to dtype if asked), or a name/directory loaded once per process."""
     if isinstance(model, GPT2):
         return model if dtype is None or np.dtype(dtype) == model.dtype else model.astype(dtype)
@@ -180,5 +189,5 @@ def _resolve_model(model: Any, dtype: Any) -> GPT2:
     key = (where, None if dtype is None else np.dtype(dtype).name)
     with _models_lock:
         if key not in _models:
-            _models[key] = load(model, dtype=dtype)
+            _models[key] = load(model, dtype=dtype, progress=progress)
         return _models[key]

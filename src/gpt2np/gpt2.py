@@ -19,6 +19,7 @@ from .hparams import HParams
 from .kvcache import KVCache, forward_cached, forward_via_cache
 from .model import forward
 from .params import Params, cast_params, check_params, flatten
+from .progress import show_progress
 from .scoring import Score, score
 from .tokenizer import Tokenizer
 from .trace import Names, Trace, trace
@@ -167,25 +168,33 @@ class GPT2:
         stop: Any = None,
         stream: bool = False,
         context: str = "error",
+        progress: Optional[bool] = None,
     ) -> Any:
         """Continue ``prompt``: a str gives a str, token ids give the list of new ids, a list of
         prompts gives a list. ``temperature=0`` is greedy; ``top_k``/``top_p`` filter (0 and 1.0
         are off); ``seed`` (int) makes sampling reproducible; ``stop`` str(s) end a row and are
         cut; ``stream=True`` yields pieces; ``context="slide"`` keeps the last n_ctx tokens
-        instead of raising. See :func:`gpt2np.generation.generate`."""
+        instead of raising; ``progress`` (:mod:`gpt2np.progress`) a bar over the tokens when
+        not streaming. See :func:`gpt2np.generation.generate`."""
         return generate(
             prompt, self, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-            top_p=top_p, seed=seed, stop=stop, stream=stream, context=context,
+            top_p=top_p, seed=seed, stop=stop, stream=stream, context=context, progress=progress,
         )  # fmt: skip
 
     def score(
-        self, text_or_ids: Any, stride: Optional[int] = None, max_len: Optional[int] = None
+        self,
+        text_or_ids: Any,
+        stride: Optional[int] = None,
+        max_len: Optional[int] = None,
+        progress: Optional[bool] = None,
     ) -> Score:
         """Per-token log-probabilities (natural log), NLL and perplexity of a text or 1-D ids,
         with a strided sliding window of ``max_len`` (default n_ctx) tokens moving by ``stride``
         (default max_len // 2) for long inputs. Returns a :class:`gpt2np.Score` (ids,
-        token_logprobs, context_len, nll, perplexity, n_tokens); the first token is not scored."""
-        return score(self, text_or_ids, stride=stride, max_len=max_len)
+        token_logprobs, context_len, nll, perplexity, n_tokens); the first token is not scored.
+        ``progress`` (:mod:`gpt2np.progress`): a bar over the windows."""
+        show = show_progress(progress)
+        return score(self, text_or_ids, stride=stride, max_len=max_len, progress=show)
 
     def trace(self, ids: Any, past: Optional[np.ndarray] = None, names: Names = None) -> Trace:
         """Every intermediate of the forward pass by name (docs/tracing.md): a
