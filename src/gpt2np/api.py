@@ -25,6 +25,7 @@ from .checkpoint import load_dir, save_dir
 from .download import KNOWN_NAMES, download
 from .errors import CheckpointError
 from .gpt2 import GPT2
+from .params import map_params
 from .progress import show_progress
 from .tokenizer import Tokenizer
 
@@ -42,6 +43,7 @@ def load(
     cache_dir: Optional[PathLike] = None,
     use_cache: bool = True,
     fast: bool = True,
+    mmap: bool = True,
 ) -> GPT2:
     """Load GPT-2 from a path, or by published name ("124M", ..., downloading it on first use).
 
@@ -55,6 +57,10 @@ def load(
 
     progress: bars for the download and the first load's verification; None (default) shows
         them on a terminal or in a notebook, True/False force them (:mod:`gpt2np.progress`).
+    mmap: True (default) memory-maps the weights from the file: a warm load takes
+        milliseconds and processes share one copy in memory, but the arrays are read-only.
+        False reads them into memory, writable (to ablate a head, say); ``model.copy()`` does
+        the same for a model already loaded.
 
     Raises ValueError for a string that is neither an existing path nor a known name,
     :class:`~gpt2np.CheckpointError` for a missing path or bad files, and
@@ -65,14 +71,17 @@ def load(
     text = os.fspath(name_or_path)
     if not isinstance(text, str) or not text:
         raise ValueError(f"load() needs a model name or a path, got {name_or_path!r}")
+    if not isinstance(mmap, bool):
+        raise TypeError(f"mmap must be True or False, got {mmap!r}")
     progress = show_progress(progress)  # resolved once: the download and the reader agree
     path = pathlib.Path(text).expanduser()
     if path.exists():
-        return _model(load_dir(path, cache_dir, use_cache, progress), dtype, fast)
+        return _model(load_dir(path, cache_dir, use_cache, progress), dtype, fast, mmap)
     if isinstance(name_or_path, str) and text in KNOWN_NAMES:
         directory = download(text, models_dir=models_dir, progress=progress)
         try:
-            return _model(load_dir(directory, cache_dir, use_cache, progress), dtype, fast)
+            checkpoint = load_dir(directory, cache_dir, use_cache, progress)
+            return _model(checkpoint, dtype, fast, mmap)
         except CheckpointError as e:  # e.g. a CRC32C mismatch in a file whose size was right
             raise CheckpointError(
                 f"{e}\nThese files were downloaded into {directory}; delete that directory "
@@ -86,13 +95,17 @@ def load(
     )
 
 
-def _model(checkpoint: Any, dtype: Any, fast: bool) -> GPT2:
+def _model(checkpoint: Any, dtype: Any, fast: bool, mmap: bool = True) -> GPT2:
     """A GPT2 of what load_dir read; its tokenizer is parsed on first use (parsing 1.5 MB of
-    vocabulary would double the time of a warm load)."""
+    vocabulary would double the time of a warm load). Without ``mmap``, every read-only
+    (memory-mapped) weight is read into a writable array."""
     tokenizer = None
     if checkpoint.vocabulary is not None:
         tokenizer = functools.partial(_tokenizer_from_files, *checkpoint.vocabulary)
-    return GPT2(checkpoint.hparams, checkpoint.params, tokenizer, dtype=dtype, fast=fast)
+    params = checkpoint.params
+    if not mmap:
+        params = map_params(lambda a: a if a.flags.writeable else np.array(a), params)
+    return GPT2(checkpoint.hparams, params, tokenizer, dtype=dtype, fast=fast)
 
 
 def _tokenizer_from_files(encoder: str, merges: str) -> Tokenizer:

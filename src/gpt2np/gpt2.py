@@ -18,7 +18,7 @@ from .generation import generate
 from .hparams import HParams
 from .kvcache import KVCache, forward_cached, forward_via_cache
 from .model import forward
-from .params import Params, cast_params, check_params, flatten
+from .params import Params, cast_params, check_params, flatten, map_params
 from .progress import show_progress
 from .scoring import Score, score
 from .tokenizer import Tokenizer
@@ -42,6 +42,10 @@ class GPT2:
 
     >>> model = GPT2(hparams, params)
     >>> logits, present = model.forward([[464, 3290]])   # [1, 2, V], [1, L, 2, H, 2, Dh]
+
+    Weights that are read-only (a loaded model's are memory-mapped from the file) stay so; a
+    write to one fails with a ValueError that says how to get writable weights:
+    ``gpt2np.load(..., mmap=False)``, or :meth:`copy`.
     """
 
     def __init__(
@@ -63,7 +67,7 @@ class GPT2:
         if len(dtypes) != 1:
             raise TypeError(f"params mix dtypes {sorted(map(str, dtypes))}; pass dtype= to cast")
         self.hparams = hparams
-        self.params = params
+        self.params = map_params(_hint_if_read_only, params)
         self._tokenizer = tokenizer
         self.fast = fast
         self.kernels = FAST if fast else CLEAR
@@ -104,6 +108,16 @@ class GPT2:
     def astype(self, dtype: Any) -> GPT2:
         """The same model with every weight cast to ``dtype`` (e.g. np.float64)."""
         return GPT2(self.hparams, self.params, self._tokenizer, dtype=dtype, fast=self.fast)
+
+    def copy(self) -> GPT2:
+        """The same model with its own writable copy of every weight, in memory: change it
+        (ablate a head, edit an embedding) without touching this model or the files.
+
+        >>> ablated = model.copy()
+        >>> ablated.params["blocks"][5]["attn"]["c_proj"]["w"][64:128] = 0   # zero h5's head 1
+        """
+        params = map_params(lambda a: np.array(a, copy=True), self.params)
+        return GPT2(self.hparams, params, self._tokenizer, fast=self.fast)
 
     # -- the forward pass, checked -----------------------------------------------------------
 
@@ -208,3 +222,66 @@ class GPT2:
             f"GPT2(n_layer={h.n_layer}, n_embd={h.n_embd}, n_head={h.n_head}, "
             f"n_vocab={h.n_vocab}, n_ctx={h.n_ctx}, dtype={self.dtype})"
         )
+
+
+READ_ONLY_HINT = (
+    "this model's weights are read-only (a loaded model's are memory-mapped from the file); for "
+    "weights you can change, load with gpt2np.load(..., mmap=False) or take model.copy()"
+)
+
+
+class _ReadOnlyWeights(np.ndarray):
+    """A read-only weight whose write errors say how to get writable weights.
+
+    Only the message changes: ufuncs (``x @ w``, ``w + 1``) and fancy indexing (``wte[ids]``)
+    return plain ndarrays, so nothing of this class reaches the results of the maths; views
+    (``w.T``, ``w[:64]``) keep it, being read-only too; copies, pickles and casts are plain.
+    """
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        try:
+            super().__setitem__(key, value)
+        except ValueError as e:
+            if self.flags.writeable:
+                raise
+            raise ValueError(f"{e}: {READ_ONLY_HINT}") from None
+
+    def __getitem__(self, key: Any) -> Any:
+        out = super().__getitem__(key)
+        if isinstance(out, np.ndarray) and out.flags.writeable:  # a copy, e.g. wte[ids]
+            return out.view(np.ndarray)
+        return out
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        out = kwargs.get("out")
+        if out is not None:
+            if any(isinstance(o, _ReadOnlyWeights) and not o.flags.writeable for o in out):
+                raise ValueError(f"output array is read-only: {READ_ONLY_HINT}")
+            kwargs["out"] = tuple(_plain(o) for o in out)
+        return getattr(ufunc, method)(*map(_plain, inputs), **kwargs)
+
+    def copy(self, order: Any = "C") -> np.ndarray:
+        return np.array(self, order=order, copy=True)
+
+    def astype(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        return self.view(np.ndarray).astype(*args, **kwargs)
+
+    def __copy__(self) -> np.ndarray:
+        return self.copy()
+
+    def __deepcopy__(self, memo: Any) -> np.ndarray:
+        return self.copy()
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return self.view(np.ndarray).__reduce_ex__(protocol)
+
+
+def _plain(a: Any) -> Any:
+    return a.view(np.ndarray) if isinstance(a, _ReadOnlyWeights) else a
+
+
+def _hint_if_read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only array as a :class:`_ReadOnlyWeights` view of it; a writable one as it is."""
+    if a.flags.writeable or isinstance(a, _ReadOnlyWeights):
+        return a
+    return a.view(_ReadOnlyWeights)
