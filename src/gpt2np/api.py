@@ -45,7 +45,8 @@ def load(
     fast: bool = True,
     mmap: bool = True,
 ) -> GPT2:
-    """Load GPT-2 from a path, or by published name ("124M", ..., downloading it on first use).
+    """Load GPT-2 from a path, or by published name ("124M", ..., or HF's "gpt2",
+    "gpt2-medium", "gpt2-large", "gpt2-xl"; downloaded on first use).
 
     An existing path is loaded as it is, even if it is also a model name (so inside OpenAI's
     ``models/`` directory, ``load("124M")`` reads ``./124M``). Otherwise a known name is fetched
