@@ -1,12 +1,13 @@
 """The one ``progress=`` convention beyond the download (issue 17): the first load's
 verification, long non-streamed generation and scoring show tqdm.auto's bars (widgets in
-Jupyter) when someone watches.
+Jupyter) when someone watches, and the CLI's ``--quiet`` silences them.
 
 (The convention itself, ``gpt2np.progress.show_progress``, and the download's bars are tested
 in tests/test_download.py.)"""
 
 from __future__ import annotations
 
+import io
 import pathlib
 import sys
 from typing import ClassVar
@@ -17,6 +18,7 @@ import tqdm.auto
 
 import gpt2np
 import gpt2np.generation
+from gpt2np import cli
 from gpt2np.checkpoint import cache, tf_bundle
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
@@ -146,3 +148,94 @@ def test_score_shows_its_windows(tiny_model, capsys) -> None:
     assert shown.nll == quiet.nll
     tiny_model.score(ids)  # None: stderr is no terminal here
     assert capsys.readouterr().err == ""
+
+
+# -- the CLI: bars on a terminal, none with --quiet -----------------------------------------------
+
+
+class Terminal(io.StringIO):
+    """A stderr that is a terminal, as when a user runs gpt2np; keeps what is written."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def as_terminal(monkeypatch) -> Terminal:
+    """Call in the test itself: pytest sets its own sys.stderr again after the fixtures."""
+    stderr = Terminal()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    return stderr
+
+
+@pytest.fixture
+def model_dir(tmp_path) -> pathlib.Path:
+    directory = tmp_path / "tf"
+    directory.mkdir()
+    for f in TF_SMALL.iterdir():
+        (directory / f.name).write_bytes(f.read_bytes())
+    return directory
+
+
+def test_cli_quiet_before_or_after_the_command(model_dir, monkeypatch) -> None:
+    as_terminal(monkeypatch)
+    seen = []
+    real_load = gpt2np.api.load
+
+    def load(name, dtype=None, progress=None, **kwargs):
+        seen.append(progress)
+        return real_load(name, dtype=dtype, progress=progress, **kwargs)
+
+    monkeypatch.setattr("gpt2np.api.load", load)
+    for argv, shown in [
+        (["info", "--model", str(model_dir)], True),
+        (["info", "--model", str(model_dir), "--quiet"], False),
+        (["info", "-q", "--model", str(model_dir)], False),
+        (["-q", "info", "--model", str(model_dir)], False),
+        (["--quiet", "info", "--model", str(model_dir)], False),
+    ]:
+        assert cli.main(argv) == 0
+        assert seen.pop() is shown, argv
+
+
+def test_cli_shows_the_first_load_on_a_terminal(model_dir, monkeypatch) -> None:
+    terminal = as_terminal(monkeypatch)
+    assert cli.main(["info", "--model", str(model_dir)]) == 0
+    assert "verifying checkpoint" in terminal.getvalue()
+
+
+def test_cli_quiet_first_load_prints_only_the_result(model_dir, monkeypatch, capsys) -> None:
+    terminal = as_terminal(monkeypatch)
+    assert cli.main(["info", "--model", str(model_dir), "--quiet"]) == 0
+    assert terminal.getvalue() == "" and "n_layer" in capsys.readouterr().out
+
+
+def test_every_command_takes_quiet() -> None:
+    commands = cli.build_parser()._subparsers._group_actions[0].choices
+    for name, parser in commands.items():
+        flags = {s for action in parser._actions for s in action.option_strings}
+        assert {"-q", "--quiet"} <= flags, name
+
+
+def test_cli_score_and_download_pass_quiet_on(tiny_model, monkeypatch) -> None:
+    terminal = as_terminal(monkeypatch)
+    calls = []
+    monkeypatch.setattr(
+        sys.modules["gpt2np.download"], "download", lambda name, **kw: calls.append(kw) or "/d"
+    )
+    assert cli.main(["download", "124M"]) == 0
+    assert cli.main(["download", "124M", "-q"]) == 0
+    assert [c["progress"] for c in calls] == [True, False]
+
+    monkeypatch.setattr(cli, "load_model", lambda name, dtype, progress: tiny_model)
+    monkeypatch.setattr(cli, "_read_utf8", lambda file: "ignored")
+    scored = []
+
+    def score(model, text, **kwargs):
+        scored.append(kwargs["progress"])
+        raise ValueError("scored")  # enough: the CLI prints it and exits 1
+
+    monkeypatch.setattr("gpt2np.scoring.score", score)
+    for argv in (["score", "f.txt"], ["score", "f.txt", "--quiet"]):
+        assert cli.main(argv) == 1
+    assert scored == [True, False]
+    assert terminal.getvalue().count("gpt2np: error: scored") == 2

@@ -14,7 +14,7 @@ import argparse
 import math
 from typing import Any
 
-from .cli_common import load_model, parse_ids
+from .cli_common import load_model, parse_ids, progress_of
 from .diff import DEFAULT_ATOL, DEFAULT_RTOL, compare
 from .golden import dump
 
@@ -71,7 +71,7 @@ def run_dump(args: argparse.Namespace) -> int:
     ids_or_text: Any = args.prompt
     if args.ids is not None:
         ids_or_text = parse_ids(args.ids, "--ids", "--ids 464,3290")
-    model = load_model(args.model)  # as stored: the manifest hashes the weights as stored
+    model = load_model(args.model, progress=progress_of(args))  # as stored, for the hash
     manifest = dump(
         model, ids_or_text, args.out, dtype=args.dtype, names=args.names, model_name=args.model
     )
