@@ -5,6 +5,7 @@ terminal, and files the CLI writes take the umask's mode."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pathlib
@@ -20,6 +21,7 @@ import numpy as np
 import pytest
 
 import gpt2np
+from gpt2np import cli
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 TF_SMALL = FIXTURES / "tf" / "small"
@@ -76,10 +78,25 @@ def test_dash_reads_stdin_for_text_and_ids(env) -> None:
     assert sh("echo 'Hello world' | gpt2np tokenize -", env).stdout == "15496 995\n"
     assert sh("echo 15496 995 | gpt2np detokenize -", env).stdout == "Hello world\n"
     assert sh("echo 15496 995 | gpt2np detokenize", env).stdout == "Hello world\n"
-    crlf = sh("printf 'Hello world\\r\\n' | gpt2np tokenize -", env)
-    assert crlf.stdout == "15496 995\n"  # one final line end, \n or \r\n, is dropped
-    special = sh("printf 'a<|endoftext|>' | gpt2np tokenize - --allow-special", env)
-    assert special.stdout == "64 50256\n"
+
+
+def piped(monkeypatch, data: bytes) -> None:
+    """stdin as a pipe holding ``data``, for the in-process tests."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+
+@pytest.mark.parametrize(
+    "data, argv, out",
+    [(b"Hello world\r\n", ["tokenize", "-"], "15496 995\n"),  # \r\n is one line end
+     (b"Hello world\n\n", ["tokenize", "-"], "15496 995 198\n"),  # only one is dropped
+     (b"a<|endoftext|>", ["tokenize", "-", "--allow-special"], "64 50256\n"),
+     (b"[15496, 995]\n", ["detokenize"], "Hello world\n"),
+     (b"15496\n995\n", ["detokenize", "-"], "Hello world\n")],
+)  # fmt: skip
+def test_stdin_in_process(monkeypatch, capsys, data, argv, out) -> None:
+    piped(monkeypatch, data)
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out == out
 
 
 @posix_only
@@ -96,14 +113,11 @@ def test_echo_into_generate(env, model_dir) -> None:
 @pytest.mark.parametrize(
     "ids",
     ["15496 995", "15496,995", "[15496, 995]", "[[15496, 995]]", "[15496   995]",
-     "array([15496,   995])", "array([15496, 995], dtype=int64)"],
+     "array([15496,   995])", "array([15496, 995], dtype=int64)", " [15496,\n 995]\n"],
 )  # fmt: skip
-def test_detokenize_takes_the_formats_the_api_prints(env, ids) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "gpt2np", "detokenize", ids],
-        capture_output=True, text=True, encoding="utf-8", env=env, timeout=60,
-    )  # fmt: skip
-    assert (proc.returncode, proc.stdout) == (0, "Hello world\n"), proc.stderr
+def test_detokenize_takes_the_formats_the_api_prints(capsys, ids) -> None:
+    assert cli.main(["detokenize", ids]) == 0
+    assert capsys.readouterr().out == "Hello world\n"
 
 
 @posix_only
@@ -113,20 +127,17 @@ def test_detokenize_of_what_python_prints(env) -> None:
     assert proc.stdout == "Hello world\n", proc.stderr
 
 
-def test_bad_ids_from_stdin_are_one_line_errors(env) -> None:
-    for stdin, words in [
-        ("", "no token ids given"),
-        ("[[1, 2], [3, 4]]\n", "one row of ids"),
-        ("15496 x\n", "'x'"),
-        ("[1, 2\n", "unbalanced"),
-    ]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "gpt2np", "detokenize"],
-            input=stdin, capture_output=True, text=True, encoding="utf-8", env=env, timeout=60,
-        )  # fmt: skip
-        assert proc.returncode == 1, (stdin, proc)
-        assert proc.stderr.startswith("gpt2np: error: ") and words in proc.stderr, proc.stderr
-        assert len(proc.stderr.splitlines()) == 1
+@pytest.mark.parametrize(
+    "data, words",
+    [(b"", "no token ids given"), (b"[[1, 2], [3, 4]]\n", "must be one row of ids, got several"),
+     (b"15496 x\n", "'x'"), (b"[1, 2\n", "unbalanced brackets")],
+)  # fmt: skip
+def test_bad_ids_from_stdin_are_one_line_errors(monkeypatch, capsys, data, words) -> None:
+    piped(monkeypatch, data)
+    monkeypatch.delenv("GPT2NP_DEBUG", raising=False)
+    assert cli.main(["detokenize"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpt2np: error: ") and words in err and len(err.splitlines()) == 1
 
 
 def test_bad_utf8_on_stdin_is_named(env) -> None:
