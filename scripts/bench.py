@@ -241,6 +241,19 @@ def tokenizer_speed() -> None:
     )
 
 
+def require_torch() -> None:
+    """Exit with one line saying what to install when --vs-torch cannot import its peers."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        sys.exit(
+            f"bench.py: error: --vs-torch needs PyTorch and HF transformers ({e}); install "
+            "them with: pip install torch==2.13.0 (the CPU build) and then pip install "
+            "transformers"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", help="name or directory of real weights (default: random 124M)")
@@ -253,6 +266,8 @@ def main() -> None:
     ap.add_argument("--only", help="run only the cases whose name contains this text")
     ap.add_argument("--rows", action="store_true", help="also probe the products for 1-16 rows")
     args = ap.parse_args()
+    if args.vs_torch:
+        require_torch()
 
     print(f"date {time.strftime('%Y-%m-%d')}  cpu {cpu_name()}  cores {os.cpu_count()}")
     print(f"numpy {np.__version__}  BLAS {blas_info()}  python {platform.python_version()}")

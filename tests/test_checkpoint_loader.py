@@ -793,7 +793,7 @@ def test_byte_copy_checks_tensors_in_pieces_and_finds_a_flip_in_a_later_piece(
     from gpt2np.checkpoint.tf_bundle import read_tf_index
 
     real = cache_module._tensor_crcs
-    monkeypatch.setattr(cache_module, "_tensor_crcs", lambda *a: real(*a, piece=1000))
+    monkeypatch.setattr(cache_module, "_tensor_crcs", lambda *a, **kw: real(*a, **kw, piece=1000))
     model = load(TF_SMALL, cache_dir=tmp_path / "c1")
     assert_matches_openai(model, npz(TF_SMALL / "expected.npz"))
     d = copy(tmp_path, TF_SMALL)

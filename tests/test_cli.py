@@ -170,7 +170,8 @@ def test_interrupt_and_subcommands_in_process(monkeypatch, capsys):
     monkeypatch.setattr(sys.modules["gpt2np.download"], "download", fake)
     assert cli.main(["download", "124M", "--base-url", "http://example.invalid"]) == 0
     assert capsys.readouterr().out == "/m/124M\n"
-    assert calls == [("124M", {"models_dir": None, "base_url": "http://example.invalid"})]
+    kwargs = {"models_dir": None, "base_url": "http://example.invalid", "progress": False}
+    assert calls == [("124M", kwargs)]  # no bars: stderr is not a terminal here
 
     commands = cli.build_parser()._subparsers._group_actions[0].choices
     assert {"generate", "score", "tokenize", "detokenize", "download", "convert", "info"} <= set(

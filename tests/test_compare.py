@@ -288,7 +288,7 @@ def run_cli(argv: list[str]) -> int:
 
 
 def test_cli_dump_and_compare(tiny_model, tmp_path, monkeypatch, capsys) -> None:
-    monkeypatch.setattr(cli_trace, "load_model", lambda name, *args: tiny_model)
+    monkeypatch.setattr(cli_trace, "load_model", lambda name, *args, **kw: tiny_model)
     g, p = str(tmp_path / "g.npz"), str(tmp_path / "p.npz")
     assert run_cli(["dump", "--model", "tiny", "--ids", "5,17,42", "--out", g]) == 0
     assert f"wrote {g}: 36 tensors, ids [[5, 17, 42]], float32" in capsys.readouterr().out

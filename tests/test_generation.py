@@ -306,7 +306,7 @@ def test_zero_new_tokens(tiny_model, byte_model):
 def test_convenience_loads_once_per_model_and_dtype(tiny_model, monkeypatch):
     loads = []
 
-    def load(name, dtype=None):
+    def load(name, dtype=None, progress=None):
         loads.append((name, dtype))
         return tiny_model if dtype is None else tiny_model.astype(dtype)
 
@@ -326,7 +326,7 @@ def test_convenience_loads_a_directory_once_however_it_is_spelled(
 ):
     loads = []
 
-    def load(name, dtype=None):
+    def load(name, dtype=None, progress=None):
         loads.append(name)
         return tiny_model
 

@@ -24,7 +24,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "files": ("checkpoint", "checkpoint.*", "download", "fetch", "release_checks", "hub", "hub.*",
               "hub_cache"),
     "uses": ("sampling", "generation", "beam", "logits_processors", "scoring", "trace", "golden",
-             "diff", "diff.*", "golden.*"),
+             "diff", "diff.*", "golden.*", "lens"),
     "facade": ("__init__", "api", "gpt2", "checks"),
     "cli": ("cli", "cli_*", "__main__"),
 }  # fmt: skip

@@ -125,9 +125,48 @@ def test_an_existing_directory_wins_over_the_name(home, tmp_path, monkeypatch) -
 
 def test_unknown_name_lists_the_known_ones(home) -> None:
     with pytest.raises(ValueError, match="neither an existing path, a known model name") as e:
-        gpt2np.load("gpt2-medium")
-    assert "124M, 355M, 774M, 1558M, 117M, 345M" in str(e.value)
+        gpt2np.load("gpt3")
+    assert "124M, 355M, 774M, 1558M, 117M, 345M, gpt2, gpt2-medium, gpt2-large, gpt2-xl" in str(
+        e.value
+    )
     assert not isinstance(e.value, gpt2np.CheckpointError)
+
+
+def test_load_by_hf_name_uses_the_canonical_download(home, monkeypatch) -> None:
+    with serve(Bucket(served_release())) as url:
+        monkeypatch.setenv("GPT2NP_BASE_URL", url)
+        assert_weights(gpt2np.load("gpt2"))
+    assert (home / "models" / "124M" / DATA).exists()
+    assert not (home / "models" / "gpt2").exists()
+    monkeypatch.setenv("GPT2NP_BASE_URL", closed_port_url())  # the same files, no network
+    assert_weights(gpt2np.load("124M"))
+
+
+def test_cli_downloads_and_describes_by_hf_name(home, monkeypatch, capsys) -> None:
+    from gpt2np import cli
+
+    with serve(Bucket(served_release())) as url:
+        monkeypatch.setenv("GPT2NP_BASE_URL", url)
+        assert cli.main(["download", "gpt2"]) == 0
+    assert capsys.readouterr().out == f"{home / 'models' / '124M'}\n"
+    monkeypatch.setenv("GPT2NP_BASE_URL", closed_port_url())
+    assert cli.main(["info", "--model", "gpt2"]) == 0
+    out = capsys.readouterr().out
+    assert f"files       {home / 'models' / '124M'}\n" in out and "not downloaded" not in out
+    assert cli.main(["info", "--model", "gpt2-medium"]) == 0
+    out = capsys.readouterr().out
+    assert "(not downloaded)" in out and "parameters  354,823,168" in out
+
+
+@pytest.mark.parametrize(
+    "hf, size", [("gpt2", "124M"), ("gpt2-medium", "355M"), ("gpt2-large", "774M"),
+                 ("gpt2-xl", "1558M")],
+)  # fmt: skip
+def test_hf_names_are_the_four_sizes(home, hf, size) -> None:
+    from gpt2np.download import model_dir, resolve_name
+
+    assert resolve_name(hf) == size
+    assert model_dir(hf) == home / "models" / size
 
 
 def test_a_missing_path_that_could_be_a_repo_id_names_both_readings(home, tmp_path, monkeypatch):

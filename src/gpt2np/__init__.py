@@ -23,7 +23,7 @@ from .model import forward
 from .params import init_params
 from .scoring import Score
 from .tokenizer import Tokenizer
-from .trace import Trace
+from .trace import Trace  # also binds gpt2np.trace: the module, callable as gpt2np.trace(...)
 
 __all__ = [
     "GPT2",
@@ -46,4 +46,5 @@ __all__ = [
     "init_params",
     "load",
     "save",
+    "trace",
 ]

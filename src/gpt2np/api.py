@@ -27,6 +27,8 @@ from .errors import CheckpointError
 from .gpt2 import GPT2
 from .hparams import HPARAMS
 from .hub import RepoNotFound, is_repo_id
+from .params import map_params
+from .progress import show_progress
 from .tokenizer import Tokenizer
 
 __all__ = ["generate", "load", "save"]
@@ -45,21 +47,30 @@ def load(
     fast: bool = True,
     revision: Optional[str] = None,
     token: Optional[str] = None,
+    mmap: bool = True,
 ) -> GPT2:
-    """Load GPT-2 from a path, by published name ("124M", ..., downloading it on first use), or
-    by Hugging Face Hub repo id ("distilbert/distilgpt2", or "hf:gpt2").
+    """Load GPT-2 from a path, by published name ("124M", ..., or HF's "gpt2", "gpt2-medium",
+    "gpt2-large", "gpt2-xl"; downloaded on first use), or by Hugging Face Hub repo id
+    ("distilbert/distilgpt2", or "hf:gpt2").
 
     An existing path is loaded as it is, even if it is also a model name or a repo id (so inside
     OpenAI's ``models/`` directory, ``load("124M")`` reads ``./124M``). Otherwise a known name is
-    fetched with :func:`gpt2np.download` (``models_dir`` and ``progress`` go there; nothing is
-    transferred once the files are complete), and ``org/name`` (or anything after ``hf:``) is
-    fetched from the hub at ``revision`` (branch, tag or commit; default "main") with
+    fetched with :func:`gpt2np.download` (``models_dir`` goes there; nothing is transferred once
+    the files are complete), and ``org/name`` (or anything after ``hf:``) is fetched from the
+    hub at ``revision`` (branch, tag or commit; default "main") with
     :func:`gpt2np.hub.snapshot`: pinned to a commit, verified, read from huggingface_hub's cache
     when it holds the files, offline when ``HF_HUB_OFFLINE=1``; ``token`` (default
     ``$HF_TOKEN``) for gated and private repositories. The files are read by
     :func:`gpt2np.checkpoint.load_dir`, which checks every tensor's CRC32C and caches the
     conversion in ``cache_dir`` (default ``$GPT2NP_HOME/cache``; ``use_cache=False`` skips it).
     ``dtype`` casts the weights (default: float32 as stored); ``fast`` as for :class:`GPT2`.
+
+    progress: bars for the download and the first load's verification; None (default) shows
+        them on a terminal or in a notebook, True/False force them (:mod:`gpt2np.progress`).
+    mmap: True (default) memory-maps the weights from the file: a warm load takes
+        milliseconds and processes share one copy in memory, but the arrays are read-only.
+        False reads them into memory, writable (to ablate a head, say); ``model.copy()`` does
+        the same for a model already loaded.
 
     Raises ValueError for a string that is neither an existing path nor a known name,
     :class:`~gpt2np.CheckpointError` for a missing path or bad files, and
@@ -72,21 +83,25 @@ def load(
         raise ValueError(f"load() needs a model name or a path, got {name_or_path!r}")
     if revision is not None and not isinstance(revision, str):
         raise TypeError(f"revision must be a str, got {type(revision).__name__}")
+    if not isinstance(mmap, bool):
+        raise TypeError(f"mmap must be True or False, got {mmap!r}")
+    progress = show_progress(progress)  # resolved once: the download and the reader agree
     if text.startswith("hf:"):
-        return _load_from_hub(text[3:], revision, token, progress, dtype, fast)
+        return _load_from_hub(text[3:], revision, token, progress, dtype, fast, mmap)
     path = pathlib.Path(text).expanduser()
     if path.exists() and revision is not None:
         raise ValueError(f"revision= is for a Hub repo id, but {text!r} is a local path")
     if path.exists():
         try:
-            return _model(load_dir(path, cache_dir, use_cache), dtype, fast)
+            return _model(load_dir(path, cache_dir, use_cache, progress), dtype, fast, mmap)
         except CheckpointError as e:
             _raise_if_incomplete_release(path, e)
             raise
     if isinstance(name_or_path, str) and text in KNOWN_NAMES:
         directory = download(text, models_dir=models_dir, progress=progress)
         try:
-            return _model(load_dir(directory, cache_dir, use_cache), dtype, fast)
+            checkpoint = load_dir(directory, cache_dir, use_cache, progress)
+            return _model(checkpoint, dtype, fast, mmap)
         except CheckpointError as e:  # e.g. a CRC32C mismatch in a file whose size was right
             raise CheckpointError(
                 f"{e}\nThese files were downloaded into {directory}; delete that directory "
@@ -95,7 +110,7 @@ def load(
     both = f"no file or directory {path} exists, and {text!r} read as a Hugging Face Hub repo id"
     if isinstance(name_or_path, str) and "/" in text and is_repo_id(text):
         try:
-            return _load_from_hub(text, revision, token, progress, dtype, fast)
+            return _load_from_hub(text, revision, token, progress, dtype, fast, mmap)
         except RepoNotFound as e:
             raise RepoNotFound(
                 f"{both} is not found either: {e} (write hf:{text} to mean the hub, or "
@@ -113,13 +128,13 @@ def load(
 
 
 def _load_from_hub(
-    repo: str, revision: Any, token: Any, progress: Any, dtype: Any, fast: bool
+    repo: str, revision: Any, token: Any, progress: Any, dtype: Any, fast: bool, mmap: bool
 ) -> GPT2:
     """A model of the hub's files (:func:`gpt2np.hub.snapshot`), remembering where they came
     from in ``model.source``."""
     snap = hub.snapshot(repo, revision, token=token, progress=progress)
     try:
-        model = _model(load_files(snap.files), dtype, fast)
+        model = _model(load_files(snap.files), dtype, fast, mmap)
     except CheckpointError as e:
         raise CheckpointError(f"{e}\n(in {repo} at commit {snap.commit})") from e
     model.source = snap
@@ -143,17 +158,21 @@ def _raise_if_incomplete_release(path: pathlib.Path, error: CheckpointError) -> 
 _NEEDED_TO_LOAD = {"hparams.json", "model.ckpt.index", "model.ckpt.data-00000-of-00001"}
 
 
-def _model(checkpoint: Any, dtype: Any, fast: bool) -> GPT2:
+def _model(checkpoint: Any, dtype: Any, fast: bool, mmap: bool = True) -> GPT2:
     """A GPT2 of what load_dir read. Its tokenizer is parsed on first use (parsing 1.5 MB of
     vocabulary would double the time of a warm load); with one of the two vocabulary files
     missing, that first use raises, naming both: GPT-2's bundled vocabulary would tokenize
-    silently wrong if the directory's own differs."""
+    silently wrong if the directory's own differs. Without ``mmap``, every read-only
+    (memory-mapped) weight is read into a writable array."""
     tokenizer = None
     if checkpoint.vocabulary is not None and len(checkpoint.vocabulary) == 1:
         tokenizer = functools.partial(Tokenizer.from_tokenizer_json, *checkpoint.vocabulary)
     elif checkpoint.vocabulary is not None:
         tokenizer = functools.partial(Tokenizer.from_files, *checkpoint.vocabulary)
-    model = GPT2(checkpoint.hparams, checkpoint.params, tokenizer, dtype=dtype, fast=fast)
+    params = checkpoint.params
+    if not mmap:
+        params = map_params(lambda a: a if a.flags.writeable else np.array(a), params)
+    model = GPT2(checkpoint.hparams, params, tokenizer, dtype=dtype, fast=fast)
     model.generation_config = dict(checkpoint.generation)
     return model
 
@@ -208,9 +227,11 @@ def generate(
     stream: bool = False,
     context: str = "error",
     dtype: Any = None,
+    progress: Optional[bool] = None,
 ) -> Any:
     """:func:`gpt2np.generation.generate` with the model given as a :class:`GPT2`, or as a name
     ("124M") or directory for :func:`load`, loaded once per process and ``dtype`` and reused.
+    ``progress`` (:mod:`gpt2np.progress`) goes to the loading and the generation.
 
     The arguments are checked before a named model is loaded (and perhaps downloaded).
     """
@@ -219,10 +240,12 @@ def generate(
         seed=seed, stop=stop, stream=stream, context=context,
     )  # fmt: skip
     generation.check_args(prompt, **kwargs)
-    return generation.generate(prompt, _resolve_model(model, dtype), **kwargs)
+    progress = show_progress(progress)
+    resolved = _resolve_model(model, dtype, progress)
+    return generation.generate(prompt, resolved, **kwargs, progress=progress)
 
 
-def _resolve_model(model: Any, dtype: Any) -> GPT2:
+def _resolve_model(model: Any, dtype: Any, progress: Optional[bool] = None) -> GPT2:
     """A GPT2 as given (cast to dtype if asked), or a name/directory loaded once per process."""
     if isinstance(model, GPT2):
         return model if dtype is None or np.dtype(dtype) == model.dtype else model.astype(dtype)
@@ -235,5 +258,5 @@ def _resolve_model(model: Any, dtype: Any) -> GPT2:
     key = (where, None if dtype is None else np.dtype(dtype).name)
     with _models_lock:
         if key not in _models:
-            _models[key] = load(model, dtype=dtype)
+            _models[key] = load(model, dtype=dtype, progress=progress)
         return _models[key]

@@ -3,16 +3,23 @@
     gpt2np generate "Alan Turing theorized" --max-new-tokens 40 --temperature 0
     gpt2np score essay.txt            (or - for stdin): tokens, NLL, perplexity
     gpt2np tokenize "Hello world"     -> 15496 995
-    gpt2np detokenize "15496 995"     -> Hello world      (commas work too)
+    gpt2np detokenize "15496 995"     -> Hello world      ("15496,995" and "[15496, 995]" too)
     gpt2np download 124M              -> $GPT2NP_HOME/models/124M
     gpt2np convert models/124M out/   -> HF config.json + model.safetensors
     gpt2np info --model 124M          hparams, parameter count, dtype, where the files are
     gpt2np dump / compare             golden files for ports (gpt2np/cli_trace.py)
 
-``--model`` takes a published name (downloaded on first use), a directory, or a Hugging Face
-Hub repo id (``org/name`` or ``hf:name``, with ``--revision``). A mistake the user
-can make (bad flag value, missing model, bad file, network failure, Ctrl-C) prints one line
-``gpt2np: error: ...`` on stderr and exits non-zero; set GPT2NP_DEBUG=1 for the traceback.
+Pipes: "-" in place of a text or ids argument reads it from stdin, and ``detokenize`` with no
+IDS reads them from stdin: ``echo Hello | gpt2np generate -``, ``gpt2np tokenize "Hello world" |
+gpt2np detokenize``. A text read so loses one final newline (the one ``echo`` adds), so that
+``tokenize -`` of what ``detokenize`` printed gives the same ids back.
+
+``--model`` takes a published name (124M ... 1558M, or HF's gpt2 ... gpt2-xl; downloaded on first
+use), a directory, or a Hugging Face Hub repo id (``org/name`` or ``hf:name``, with
+``--revision``). ``-q``/``--quiet`` (before or after the command) silences the progress bars
+and notices on stderr; results still go to stdout. A mistake the user can make (bad flag value,
+missing model, bad file, network failure, Ctrl-C) prints one line ``gpt2np: error: ...`` on
+stderr and exits non-zero; set GPT2NP_DEBUG=1 for the traceback.
 """
 
 from __future__ import annotations
@@ -25,11 +32,13 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from .cli_common import load_model, parse_ids
+from .cli_common import load_model, parse_ids, progress_of, read_stdin_text
 
 __all__ = ["build_parser", "main"]
 
 EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+#: The text and ids arguments (of every command) that read stdin when given as "-".
+STDIN_ARGS = ("prompt", "text", "ids")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,6 +59,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from .errors import CheckpointError, DownloadError
 
     try:
+        _read_stdin_args(args)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         if _debug():
@@ -73,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"gpt2np {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     _add_generate(sub)
     _add_score(sub)
@@ -84,7 +95,24 @@ def build_parser() -> argparse.ArgumentParser:
         from . import cli_trace
 
         cli_trace.add_parsers(sub)
+    for command in sub.choices.values():  # after the command too; SUPPRESS keeps a -q before it
+        command.add_argument(
+            "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help=QUIET_HELP
+        )
     return parser
+
+
+QUIET_HELP = "no progress bars or notices on stderr (errors and warnings still go there)"
+
+
+def _read_stdin_args(args: argparse.Namespace) -> None:
+    """Replace a "-" given for a text or ids argument (:data:`STDIN_ARGS`) by stdin's text."""
+    for name in STDIN_ARGS:
+        value = getattr(args, name, None)
+        if value == "-":
+            setattr(args, name, read_stdin_text())
+        elif isinstance(value, list) and value == ["-"]:  # detokenize's IDS
+            setattr(args, name, [read_stdin_text()])
 
 
 # -- flag types: argparse turns an ArgumentTypeError into "argument --x: message" -----------------
@@ -130,9 +158,10 @@ def _add_model_args(p: argparse.ArgumentParser, dtype: bool = True) -> None:
         "--model",
         default="124M",
         metavar="NAME_OR_DIR",
-        help="published name (124M, 355M, 774M, 1558M; downloaded on first use), a model "
-        "directory (OpenAI's release, or HF config.json + model.safetensors), or a Hugging "
-        "Face Hub repo id (org/name, or hf:name; an existing path wins); default 124M",
+        help="published name (124M, 355M, 774M, 1558M, or HF's gpt2, gpt2-medium, gpt2-large, "
+        "gpt2-xl; downloaded on first use), a model directory (OpenAI's release, or HF "
+        "config.json + model.safetensors), or a Hugging Face Hub repo id (org/name, or "
+        "hf:name; an existing path wins); default 124M",
     )
     p.add_argument("--revision", help="the Hub repo's branch, tag or commit (default main)")
     if dtype:
@@ -150,7 +179,7 @@ def _add_generate(sub: Any) -> None:
         help="continue a prompt, streaming the text to stdout",
         description="Continue PROMPT and stream the new text to stdout. <|endoftext|> ends it.",
     )
-    p.add_argument("prompt", metavar="PROMPT")
+    p.add_argument("prompt", metavar="PROMPT", help="the text to continue; - reads stdin")
     _add_model_args(p)
     p.add_argument("--max-new-tokens", type=_nonneg_int, default=50, help="default %(default)s")
     p.add_argument(
@@ -175,7 +204,7 @@ def _add_generate(sub: Any) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    model = load_model(args.model, args.dtype, args.revision)
+    model = load_model(args.model, args.dtype, args.revision, progress_of(args))
     pieces = model.generate(
         args.prompt,
         max_new_tokens=args.max_new_tokens,
@@ -217,12 +246,11 @@ def _add_score(sub: Any) -> None:
 
 def run_score(args: argparse.Namespace) -> int:
     text = _read_utf8(args.file)
-    model = load_model(args.model, args.dtype, args.revision)
+    progress = progress_of(args)
+    model = load_model(args.model, args.dtype, args.revision, progress)
     from .scoring import score
 
-    result = score(
-        model, text, stride=args.stride, max_len=args.max_len, progress=sys.stderr.isatty()
-    )
+    result = score(model, text, stride=args.stride, max_len=args.max_len, progress=progress)
     if args.per_token:
         tok = model.tokenizer
         for i, (lp, ctx) in enumerate(zip(result.token_logprobs, result.context_len), 1):
@@ -235,15 +263,15 @@ def run_score(args: argparse.Namespace) -> int:
 
 
 def _read_utf8(file: str) -> str:
-    """FILE (or stdin for "-") as strict UTF-8, whatever the locale: sys.stdin would turn bad
-    bytes into surrogates under the C locale, which the tokenizer then scores as U+FFFD."""
-    name = "<stdin>" if file == "-" else file
-    data = sys.stdin.buffer.read() if file == "-" else pathlib.Path(file).read_bytes()
+    """FILE (or stdin for "-") as strict UTF-8, byte for byte (see :func:`read_stdin_text`)."""
+    if file == "-":
+        return read_stdin_text(strip_newline=False)
+    data = pathlib.Path(file).read_bytes()
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(
-            f"{name}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
+            f"{file}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
         ) from None
 
 
@@ -252,7 +280,7 @@ def _read_utf8(file: str) -> str:
 
 def _add_tokenize(sub: Any) -> None:
     p = sub.add_parser("tokenize", help="print the token ids of TEXT (GPT-2's vocabulary)")
-    p.add_argument("text", metavar="TEXT")
+    p.add_argument("text", metavar="TEXT", help="the text to encode; - reads stdin")
     p.add_argument(
         "--allow-special",
         action="store_true",
@@ -260,7 +288,12 @@ def _add_tokenize(sub: Any) -> None:
     )
     p.set_defaults(func=run_tokenize)
     d = sub.add_parser("detokenize", help="print the text of token ids")
-    d.add_argument("ids", metavar="IDS", nargs="+", help='e.g. "15496 995" or 15496,995')
+    d.add_argument(
+        "ids",
+        metavar="IDS",
+        nargs="*",
+        help='e.g. "15496 995", 15496,995 or "[15496, 995]"; none or - reads them from stdin',
+    )
     d.set_defaults(func=run_detokenize)
 
 
@@ -282,6 +315,13 @@ def run_tokenize(args: argparse.Namespace) -> int:
 def run_detokenize(args: argparse.Namespace) -> int:
     from .tokenizer import Tokenizer
 
+    if not args.ids:
+        if sys.stdin is None or sys.stdin.isatty():  # nothing piped: waiting would look hung
+            raise ValueError(
+                "no IDS given; e.g. gpt2np detokenize 15496 995, or pipe them: "
+                'gpt2np tokenize "Hello world" | gpt2np detokenize'
+            )
+        args.ids = [read_stdin_text()]
     ids = parse_ids(" ".join(args.ids), "token ids", "gpt2np detokenize 15496 995")
     sys.stdout.write(Tokenizer().decode(ids) + "\n")
     return 0
@@ -292,7 +332,9 @@ def run_detokenize(args: argparse.Namespace) -> int:
 
 def _add_download(sub: Any) -> None:
     p = sub.add_parser("download", help="fetch OpenAI's release files of a model size")
-    p.add_argument("name", metavar="NAME", help="124M, 355M, 774M or 1558M")
+    p.add_argument(
+        "name", metavar="NAME", help="124M, 355M, 774M or 1558M (or gpt2, gpt2-medium, ...)"
+    )
     p.add_argument("--models-dir", help="parent directory (default $GPT2NP_HOME/models)")
     p.add_argument("--base-url", help="download base (default $GPT2NP_BASE_URL or OpenAI's)")
     p.set_defaults(func=run_download)
@@ -301,7 +343,10 @@ def _add_download(sub: Any) -> None:
 def run_download(args: argparse.Namespace) -> int:
     from .download import download
 
-    print(download(args.name, models_dir=args.models_dir, base_url=args.base_url))
+    progress = progress_of(args)
+    print(
+        download(args.name, models_dir=args.models_dir, base_url=args.base_url, progress=progress)
+    )
     return 0
 
 
@@ -322,7 +367,7 @@ def _add_convert(sub: Any) -> None:
 def run_convert(args: argparse.Namespace) -> int:
     from .api import save
 
-    model = load_model(args.src, args.dtype, args.revision)
+    model = load_model(args.src, args.dtype, args.revision, progress_of(args))
     save(model, args.dst)
     print(f"wrote {os.path.join(args.dst, 'config.json')} and model.safetensors ({model!r})")
     return 0
@@ -347,7 +392,7 @@ def run_info(args: argparse.Namespace) -> int:
     path = pathlib.Path(args.model).expanduser()
     source, text_use = None, None
     if path.exists() or args.model not in KNOWN_NAMES:  # a directory, or a Hub repo
-        model = load_model(args.model, None, args.revision)
+        model = load_model(args.model, None, args.revision, progress_of(args))
         hparams, dtype, source = model.hparams, str(model.dtype), model.source
         where = str(path.resolve()) if source is None else f"{source.repo} at {source.commit}"
         text_use = _text_use(model)

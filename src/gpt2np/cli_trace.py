@@ -14,7 +14,7 @@ import argparse
 import math
 from typing import Any
 
-from .cli_common import load_model, parse_ids
+from .cli_common import load_model, parse_ids, progress_of
 from .diff import DEFAULT_ATOL, DEFAULT_RTOL, compare
 from .golden import dump
 
@@ -74,9 +74,8 @@ def run_dump(args: argparse.Namespace) -> int:
     ids_or_text: Any = args.prompt
     if args.ids is not None:
         ids_or_text = parse_ids(args.ids, "--ids", "--ids 464,3290")
-    model = load_model(
-        args.model, None, args.revision
-    )  # as stored: the manifest hashes the weights as stored
+    # as stored, for the manifest's hash of the weights
+    model = load_model(args.model, None, args.revision, progress=progress_of(args))
     manifest = dump(
         model, ids_or_text, args.out, dtype=args.dtype, names=args.names, model_name=args.model
     )

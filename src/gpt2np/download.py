@@ -92,7 +92,15 @@ MODEL_FILES = (
 DATA_FILE, INDEX_FILE = "model.ckpt.data-00000-of-00001", "model.ckpt.index"
 #: OpenAI renamed 117M/345M to 124M/355M (the parameter counts were miscounted at first). The
 #: bucket serves the new names, so an alias downloads into, and from, the canonical name.
-ALIASES = {"117M": "124M", "345M": "355M"}
+ALIASES = {
+    "117M": "124M",
+    "345M": "355M",
+    # and HF's hub names of the four sizes, which most users type
+    "gpt2": "124M",
+    "gpt2-medium": "355M",
+    "gpt2-large": "774M",
+    "gpt2-xl": "1558M",
+}
 #: Every name :func:`download` accepts, canonical sizes first.
 KNOWN_NAMES = tuple(_hparams.MODEL_NAMES) + tuple(ALIASES)
 #: The BPE files are identical for all four sizes; the tokenizer pins their published digests.

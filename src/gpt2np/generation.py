@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
+from .progress import show_progress, tqdm
 from .sampling import check_sampling_args, sample
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ def generate(
     stop: Union[str, Sequence[str], None] = None,
     stream: bool = False,
     context: str = "error",
+    progress: Optional[bool] = None,
 ) -> Any:
     """Continue ``prompt`` with up to ``max_new_tokens`` tokens.
 
@@ -70,11 +72,14 @@ def generate(
         they equal the non-streamed result.
     context: "error" (ValueError when prompt + max_new_tokens > n_ctx) or "slide" (keep the
         last n_ctx tokens; see the module docstring for the cost).
+    progress: without ``stream``, a bar over the tokens while a generation lasts longer than
+        a second (:mod:`gpt2np.progress`: None shows it on a terminal or in a notebook).
     """
     is_text, is_batch, prompts, stops = check_args(
         prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
         top_p=top_p, seed=seed, stop=stop, stream=stream, context=context,
     )  # fmt: skip
+    show = show_progress(progress)  # a TypeError for a bad value before any work
     rows = [_encode(model, p) if is_text else _check_row(model, p) for p in prompts]
     longest = max(len(r) for r in rows)
     if context == "error" and longest + max_new_tokens > model.hparams.n_ctx:
@@ -89,8 +94,11 @@ def generate(
     steps = _steps(model, rows, states, max_new_tokens, (temperature, top_k, top_p), rngs)
     if stream:
         return _stream(steps, is_batch)
-    for _ in steps:
-        pass
+    bar = tqdm(total=max_new_tokens, desc="generating", unit="token", delay=1.0, leave=False,
+               disable=not show)  # fmt: skip
+    with bar:
+        for _ in steps:
+            bar.update()
     results = [s.result() for s in states]
     return results if is_batch else results[0]
 

@@ -18,7 +18,8 @@ from .generation import generate
 from .hparams import HParams
 from .kvcache import KVCache, forward_cached, forward_via_cache
 from .model import forward
-from .params import Params, cast_params, check_params, flatten
+from .params import Params, cast_params, check_params, flatten, map_params
+from .progress import show_progress
 from .scoring import Score, score
 from .tokenizer import Tokenizer
 from .trace import Names, Trace, trace
@@ -41,6 +42,10 @@ class GPT2:
 
     >>> model = GPT2(hparams, params)
     >>> logits, present = model.forward([[464, 3290]])   # [1, 2, V], [1, L, 2, H, 2, Dh]
+
+    Weights that are read-only (a loaded model's are memory-mapped from the file) stay so, and
+    NumPy refuses a write to one ("assignment destination is read-only"); for writable weights
+    load with ``gpt2np.load(..., mmap=False)``, or take :meth:`copy`.
     """
 
     def __init__(
@@ -123,6 +128,16 @@ class GPT2:
         model.generation_config, model.source = dict(self.generation_config), self.source
         return model
 
+    def copy(self) -> GPT2:
+        """The same model with its own writable copy of every weight, in memory: change it
+        (ablate a head, edit an embedding) without touching this model or the files.
+
+        >>> ablated = model.copy()
+        >>> ablated.params["blocks"][5]["attn"]["c_proj"]["w"][64:128] = 0   # zero h5's head 1
+        """
+        params = map_params(lambda a: np.array(a, copy=True), self.params)
+        return GPT2(self.hparams, params, self._tokenizer, fast=self.fast)
+
     # -- the forward pass, checked -----------------------------------------------------------
 
     def forward(self, ids: Any, past: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
@@ -186,19 +201,21 @@ class GPT2:
         stop: Any = None,
         stream: bool = False,
         context: str = "error",
+        progress: Optional[bool] = None,
     ) -> Any:
         """Continue ``prompt``: a str gives a str, token ids give the list of new ids, a list of
         prompts gives a list. ``temperature=0`` is greedy; ``top_k``/``top_p`` filter (0 and 1.0
         are off); ``seed`` (int) makes sampling reproducible; ``stop`` str(s) end a row and are
         cut; ``stream=True`` yields pieces; ``context="slide"`` keeps the last n_ctx tokens
-        instead of raising. ``max_new_tokens`` defaults to the checkpoint's
-        generation_config.json (its max_new_tokens, or max_length less the longest prompt), else
-        50. See :func:`gpt2np.generation.generate`."""
+        instead of raising; ``progress`` (:mod:`gpt2np.progress`) a bar over the tokens when
+        not streaming. ``max_new_tokens`` defaults to the checkpoint's generation_config.json
+        (its max_new_tokens, or max_length less the longest prompt), else 50. See
+        :func:`gpt2np.generation.generate`."""
         if max_new_tokens is None:
             max_new_tokens = self.default_max_new_tokens(prompt)
         return generate(
             prompt, self, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-            top_p=top_p, seed=seed, stop=stop, stream=stream, context=context,
+            top_p=top_p, seed=seed, stop=stop, stream=stream, context=context, progress=progress,
         )  # fmt: skip
 
     def default_max_new_tokens(self, prompt: Any) -> int:
@@ -220,13 +237,19 @@ class GPT2:
         return max(0, config["max_length"] - max(lengths, default=0))
 
     def score(
-        self, text_or_ids: Any, stride: Optional[int] = None, max_len: Optional[int] = None
+        self,
+        text_or_ids: Any,
+        stride: Optional[int] = None,
+        max_len: Optional[int] = None,
+        progress: Optional[bool] = None,
     ) -> Score:
         """Per-token log-probabilities (natural log), NLL and perplexity of a text or 1-D ids,
         with a strided sliding window of ``max_len`` (default n_ctx) tokens moving by ``stride``
         (default max_len // 2) for long inputs. Returns a :class:`gpt2np.Score` (ids,
-        token_logprobs, context_len, nll, perplexity, n_tokens); the first token is not scored."""
-        return score(self, text_or_ids, stride=stride, max_len=max_len)
+        token_logprobs, context_len, nll, perplexity, n_tokens); the first token is not scored.
+        ``progress`` (:mod:`gpt2np.progress`): a bar over the windows."""
+        show = show_progress(progress)
+        return score(self, text_or_ids, stride=stride, max_len=max_len, progress=show)
 
     def trace(self, ids: Any, past: Optional[np.ndarray] = None, names: Names = None) -> Trace:
         """Every intermediate of the forward pass by name (docs/tracing.md): a

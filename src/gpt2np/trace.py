@@ -1,5 +1,9 @@
 """Every intermediate of GPT-2's forward pass, under a stable name: the teaching view.
 
+``gpt2np.trace(model, ids)`` (this module is callable, like ``gpt2np.generate``) and
+``gpt2np.trace.trace(model, ids)`` are the same call; ``from gpt2np.trace import Trace`` works
+as for any module.
+
 :func:`trace` runs :func:`gpt2np.model.forward` itself, the clear reference path, with a
 :class:`gpt2np.layers.Recorder` that keeps what the functions of the forward pass name as they
 compute it (``record("probs", ...)`` in :func:`gpt2np.attention.attend`, scoped ``h3.attn.``).
@@ -39,6 +43,8 @@ the new tokens' keys and values only (what ``present`` holds); the keys the scor
 from __future__ import annotations
 
 import fnmatch
+import sys
+import types
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -206,3 +212,17 @@ def _select(names: Names, n_layer: int) -> set[str]:
 def _preview(names: list[str], n: int = 6) -> str:
     shown = ", ".join(names[:n])
     return shown + (f", … ({len(names) - n} more)" if len(names) > n else "")
+
+
+class _CallableModule(types.ModuleType):
+    """The class of this module: a module (``from gpt2np.trace import Trace``, ``import
+    gpt2np.trace``) that can also be called, so that ``gpt2np.trace(model, ids)`` runs
+    :func:`trace` the way ``gpt2np.generate(...)`` runs generation."""
+
+    def __call__(
+        self, model: GPT2, ids: Any, past: Optional[np.ndarray] = None, names: Names = None
+    ) -> Trace:
+        return trace(model, ids, past=past, names=names)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -28,6 +28,7 @@ converted to ``model.safetensors`` by :func:`write_entry`.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import json
 import math
@@ -45,6 +46,7 @@ from ..errors import CheckpointError
 from ..hparams import HParams
 from ..params import expected_shapes
 from ..paths import home_dir
+from ..progress import tqdm
 from .convert import hf_name, openai_name
 from .crc32c import crc32c, crc32c_combine
 from .protobuf import BundleEntry
@@ -184,11 +186,13 @@ def write_entry_from_layout(
     layout: Layout,
     config: dict[str, Any],
     metadata: dict[str, str],
+    progress: bool = False,
 ) -> str:
     """Write an entry for a checkpoint in OpenAI's layout (see :func:`byte_copy_layout`): a
     linked one where a hard link to the data file can be made, else a byte copy (see the module
     docstring). Every tensor's CRC-32C is verified on the entry's own data file before the
-    entry is renamed into place. Returns the entry's directory."""
+    entry is renamed into place (``progress``: a bar over the bytes verified). Returns the
+    entry's directory."""
     source = data_path(prefix, 0, 1)
 
     def write(directory: str) -> None:
@@ -196,11 +200,12 @@ def write_entry_from_layout(
         try:  # the file itself: a hard link to a (relative) symlink could dangle in the cache
             os.link(os.path.realpath(source), linked)
         except OSError:  # another file system, no hard links there, or not our file to link
-            _write_copy(os.path.join(directory, "model.safetensors"), source, layout, metadata)
+            model = os.path.join(directory, "model.safetensors")
+            _write_copy(model, source, layout, metadata, progress)
             return
         # The link is the checkpoint's own file: make sure its bytes are on disk (a download
         # just written may not be) while the CRCs are checked, then write the index.
-        _verify_while_syncing(linked, 0, layout, source, lambda: _fsync_path(linked))
+        _verify_while_syncing(linked, 0, layout, source, lambda: _fsync_path(linked), progress)
         index = {
             "format": FORMAT_VERSION,
             "metadata": metadata,
@@ -235,7 +240,9 @@ def _fsync_path(path: str) -> None:
         os.close(fd)
 
 
-def _write_copy(path: str, source: str, layout: Layout, metadata: dict[str, str]) -> None:
+def _write_copy(
+    path: str, source: str, layout: Layout, metadata: dict[str, str], progress: bool
+) -> None:
     """model.safetensors at ``path``: a header, then a byte copy of ``source``, verified."""
     header: dict[str, Any] = {"__metadata__": metadata}
     for _, flat, entry in layout:
@@ -250,25 +257,31 @@ def _write_copy(path: str, source: str, layout: Layout, metadata: dict[str, str]
         _copy_file(src, out, os.fstat(src.fileno()).st_size)
         out.flush()
         start = read_safetensors_header(path)[1]
-        _verify_while_syncing(path, start, layout, source, lambda: os.fsync(out.fileno()))
+        sync = functools.partial(os.fsync, out.fileno())
+        _verify_while_syncing(path, start, layout, source, sync, progress)
 
 
 def _verify_while_syncing(
-    path: str, start: int, layout: Layout, source: str, sync: Callable[[], None]
+    path: str,
+    start: int,
+    layout: Layout,
+    source: str,
+    sync: Callable[[], None],
+    progress: bool = False,
 ) -> None:
     """Check every tensor's CRC-32C in ``path`` (data from byte ``start``) while ``sync``
     flushes it to disk, side by side: the flush waits on I/O, the CRCs on the CPU. A mismatch
     is a CheckpointError naming the tensor and the checkpoint file ``source``."""
     with ThreadPoolExecutor(1) as flusher:
         synced = flusher.submit(sync)
-        crcs = _tensor_crcs(path, start, layout)
+        crcs = _tensor_crcs(path, start, layout, progress=progress)
         synced.result()
     for name, _, entry, actual in crcs:
         check_crc(entry, actual, name, source)
 
 
 def _tensor_crcs(
-    path: str, start: int, layout: Layout, piece: int = 16 << 20
+    path: str, start: int, layout: Layout, piece: int = 16 << 20, progress: bool = False
 ) -> list[tuple[str, str, BundleEntry, int]]:
     """Each tensor's CRC-32C as it lies in the entry's data file ``path`` (the link, or the copy
     whose data section starts at byte ``start``).
@@ -303,9 +316,15 @@ def _tensor_crcs(
             done += n
         return crc32c(local.buffer[:size])
 
+    total = sum(size for _, _, size in pieces)
+    bar = tqdm(total=total, desc="verifying checkpoint", unit="B", unit_scale=True,
+               unit_divisor=1024, disable=not progress)  # fmt: skip
+    piece_crcs = []
     try:
-        with ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
-            piece_crcs = list(pool.map(crc_of, pieces))
+        with bar, ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
+            for (_, _, size), crc in zip(pieces, pool.map(crc_of, pieces)):
+                piece_crcs.append(crc)
+                bar.update(size)
     finally:
         for f in opened:
             f.close()

@@ -31,6 +31,7 @@ import numpy as np
 from ..errors import CheckpointError, warn
 from ..hparams import HParams
 from ..params import Params, flatten, unflatten
+from ..progress import show_progress
 from . import cache
 from .convert import flat_from_openai, hf_config, hf_from_flat
 from .hf import read_files, read_hf_flat, read_json, vocabulary_files
@@ -76,6 +77,7 @@ def load_dir(
     path: str | os.PathLike[str],
     cache_dir: str | os.PathLike[str] | None = None,
     use_cache: bool = True,
+    progress: bool | None = None,
 ) -> Checkpoint:
     """Read GPT-2 from an OpenAI release directory, an HF directory, or a .safetensors file.
 
@@ -83,21 +85,24 @@ def load_dir(
     recorded in ``cache_dir`` (default ``$GPT2NP_HOME/cache``) on first load unless
     ``use_cache=False``:
     OpenAI's layout by a hard link to its data file, anything else converted to safetensors
-    (see :mod:`gpt2np.checkpoint.cache`); later loads memory-map the entry.
+    (see :mod:`gpt2np.checkpoint.cache`); later loads memory-map the entry. ``progress``
+    (:mod:`gpt2np.progress`: None shows it on a terminal or in a notebook) shows a bar while
+    that first load verifies the checkpoint.
     Raises :class:`~gpt2np.CheckpointError` naming the file (and tensor) for bad input.
     """
     path = os.path.expanduser(os.fspath(path))
     if cache_dir is not None:
         cache_dir = os.path.expanduser(os.fspath(cache_dir))
+    progress = show_progress(progress)
     if os.path.isfile(path):
-        return _load_file(path, cache_dir, use_cache)
+        return _load_file(path, cache_dir, use_cache, progress)
     if not os.path.isdir(path):
         raise CheckpointError(f"no such checkpoint directory or file: {path}")
     names = set(os.listdir(path))
     if not names:
         raise CheckpointError(f"checkpoint directory {path} is empty")
     if "checkpoint" in names or any(n.endswith(".index") for n in names):
-        return _load_tf(path, cache_dir, use_cache)
+        return _load_tf(path, cache_dir, use_cache, progress)
     if "model.safetensors" in names or "model.safetensors.index.json" in names:
         return _load_hf(path)
     pickles = sorted(n for n in names if _PICKLE_NAMES.match(n))
@@ -109,12 +114,13 @@ def load_dir(
     )
 
 
-def _load_file(path: str, cache_dir: Any, use_cache: bool) -> Checkpoint:
+def _load_file(path: str, cache_dir: Any, use_cache: bool, progress: bool) -> Checkpoint:
     if path.endswith(".safetensors"):
         return _load_hf(os.path.dirname(path) or ".", weights=path)
     if path.endswith(".index"):
         prefix = path[: -len(".index")]
-        return _load_tf_prefix(os.path.dirname(path) or ".", prefix, cache_dir, use_cache)
+        directory = os.path.dirname(path) or "."
+        return _load_tf_prefix(directory, prefix, cache_dir, use_cache, progress)
     if _PICKLE_NAMES.match(os.path.basename(path)):
         raise _refuse_pickle(path)
     raise CheckpointError(f"{path}: not a checkpoint gpt2np reads (.safetensors or TF .index)")
@@ -148,11 +154,13 @@ def find_prefix(directory: str) -> str:
     return os.path.join(directory, indexes[0][: -len(".index")])
 
 
-def _load_tf(directory: str, cache_dir: Any, use_cache: bool) -> Checkpoint:
-    return _load_tf_prefix(directory, find_prefix(directory), cache_dir, use_cache)
+def _load_tf(directory: str, cache_dir: Any, use_cache: bool, progress: bool) -> Checkpoint:
+    return _load_tf_prefix(directory, find_prefix(directory), cache_dir, use_cache, progress)
 
 
-def _load_tf_prefix(directory: str, prefix: str, cache_dir: Any, use_cache: bool) -> Checkpoint:
+def _load_tf_prefix(
+    directory: str, prefix: str, cache_dir: Any, use_cache: bool, progress: bool
+) -> Checkpoint:
     hparams_path = os.path.join(directory, "hparams.json")
     hparams = _hparams(hparams_path)
     vocabulary = _vocabulary(directory, "encoder.json", "vocab.bpe")
@@ -173,7 +181,8 @@ def _load_tf_prefix(directory: str, prefix: str, cache_dir: Any, use_cache: bool
         layout = cache.byte_copy_layout(prefix, hparams)
         if layout is not None:  # OpenAI's own layout: link (or copy) the bytes, verify them
             try:
-                cache.write_entry_from_layout(root, key, prefix, layout, hf_config(hparams), meta)
+                config = hf_config(hparams)
+                cache.write_entry_from_layout(root, key, prefix, layout, config, meta, progress)
             except OSError as e:  # a read-only or full cache: the general path reads it
                 warn(f"could not write the conversion cache in {root}: {e}")
                 write_cache = False  # and writing it again would fail alike: warn once
@@ -181,7 +190,8 @@ def _load_tf_prefix(directory: str, prefix: str, cache_dir: Any, use_cache: bool
                 flat = _read_cache_entry(root, key, hparams)
                 if flat is not None:
                     return Checkpoint(hparams, unflatten(flat, hparams), vocabulary)
-    flat = flat_from_openai(read_tf_checkpoint(prefix), hparams, f"checkpoint {prefix}")
+    tensors = read_tf_checkpoint(prefix, progress=progress)
+    flat = flat_from_openai(tensors, hparams, f"checkpoint {prefix}")
     if write_cache:
         try:
             cache.write_entry(root, key, hf_from_flat(flat), hf_config(hparams), meta)

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..errors import CheckpointError
+from ..progress import tqdm
 from .crc32c import crc32c, unmask
 from .protobuf import BundleEntry, BundleHeader, ProtobufError, parse_entry, parse_header
 from .sstable import read_table
@@ -157,14 +158,15 @@ def _read_tensor(
 
 
 def read_tf_checkpoint(
-    prefix: str | os.PathLike[str], verify: bool = True
+    prefix: str | os.PathLike[str], verify: bool = True, progress: bool = False
 ) -> dict[str, np.ndarray]:
     """Every tensor of the TensorFlow checkpoint at ``prefix`` (e.g. ``dir/model.ckpt``).
 
     Returns {name: array} with names as stored (``model/h0/attn/c_attn/w``) and shapes as stored
     ([1, D, 3D]); bfloat16 is widened to float32, float16/32/64 and int32/64 are kept. Every index
-    block's and every tensor's CRC-32C is verified unless ``verify=False``. Raises
-    :class:`~gpt2np.CheckpointError` naming the file and tensor for anything wrong.
+    block's and every tensor's CRC-32C is verified unless ``verify=False``; ``progress`` shows
+    a bar over the bytes read. Raises :class:`~gpt2np.CheckpointError` naming the file and
+    tensor for anything wrong.
     """
     prefix = _normalize(prefix)
     index = _index_path(prefix)
@@ -177,6 +179,11 @@ def read_tf_checkpoint(
     # Two tensors at a time: one's read overlaps the other's CRC (both release the GIL).
     # Largest first, so the big embedding does not end up alone at the end.
     order = sorted(range(len(jobs)), key=lambda i: -jobs[i][2].size)
-    with ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
-        arrays = dict(zip(order, pool.map(lambda i: _read_tensor(*jobs[i]), order)))
+    bar = tqdm(total=sum(job[2].size for job in jobs), desc="reading checkpoint", unit="B",
+               unit_scale=True, unit_divisor=1024, disable=not progress)  # fmt: skip
+    arrays = {}
+    with bar, ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
+        for i, array in zip(order, pool.map(lambda i: _read_tensor(*jobs[i]), order)):
+            arrays[i] = array
+            bar.update(jobs[i][2].size)
     return {jobs[i][1]: arrays[i] for i in range(len(jobs))}

@@ -1,0 +1,26 @@
+"""The benchmark scripts fail as a user expects: one line saying what to install."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+SCRIPTS = pathlib.Path(__file__).parent.parent / "scripts"
+
+
+def test_bench_vs_torch_without_torch_is_one_clear_line() -> None:
+    """Issue 17: without torch, `bench.py --vs-torch` printed a ModuleNotFoundError traceback
+    (after building a 124M-shaped model). torch is hidden here whether or not it is installed."""
+    code = (
+        "import runpy, sys\n"
+        "sys.modules['torch'] = None  # import torch now raises ImportError\n"
+        "sys.argv = ['bench.py', '--vs-torch']\n"
+        f"runpy.run_path({str(SCRIPTS / 'bench.py')!r}, run_name='__main__')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("bench.py: error: --vs-torch needs PyTorch and HF transformers")
+    assert "pip install torch==2.13.0" in lines[0]
