@@ -25,6 +25,7 @@ from .checkpoint import load_dir, save_dir
 from .download import KNOWN_NAMES, download
 from .errors import CheckpointError
 from .gpt2 import GPT2
+from .paths import expand_user
 from .tokenizer import Tokenizer
 
 __all__ = ["generate", "load", "save"]
@@ -41,6 +42,7 @@ def load(
     cache_dir: Optional[PathLike] = None,
     use_cache: bool = True,
     fast: bool = True,
+    verify: bool = False,
 ) -> GPT2:
     """Load GPT-2 from a path, or by published name ("124M", ..., downloading it on first use).
 
@@ -48,8 +50,9 @@ def load(
     ``models/`` directory, ``load("124M")`` reads ``./124M``). Otherwise a known name is fetched
     with :func:`gpt2np.download` (``models_dir`` and ``progress`` go there; nothing is
     transferred once the files are complete). The files are read by
-    :func:`gpt2np.checkpoint.load_dir`, which checks every tensor's CRC32C and caches the
-    conversion in ``cache_dir`` (default ``$GPT2NP_HOME/cache``; ``use_cache=False`` skips it).
+    :func:`gpt2np.checkpoint.load_dir`, which checks every tensor's CRC-32C on first load and
+    records that in ``cache_dir`` (default ``$GPT2NP_HOME/cache``; ``use_cache=False`` skips
+    it, and verifies on every load); ``verify=True`` checks the CRC-32Cs on every load too.
     ``dtype`` casts the weights (default: float32 as stored); ``fast`` as for :class:`GPT2`.
 
     Raises ValueError for a string that is neither an existing path nor a known name,
@@ -61,13 +64,13 @@ def load(
     text = os.fspath(name_or_path)
     if not isinstance(text, str) or not text:
         raise ValueError(f"load() needs a model name or a path, got {name_or_path!r}")
-    path = pathlib.Path(text).expanduser()
+    path = pathlib.Path(expand_user(text, "load() path"))
     if path.exists():
-        return _model(load_dir(path, cache_dir, use_cache), dtype, fast)
+        return _model(load_dir(path, cache_dir, use_cache, verify), dtype, fast)
     if isinstance(name_or_path, str) and text in KNOWN_NAMES:
         directory = download(text, models_dir=models_dir, progress=progress)
         try:
-            return _model(load_dir(directory, cache_dir, use_cache), dtype, fast)
+            return _model(load_dir(directory, cache_dir, use_cache, verify), dtype, fast)
         except CheckpointError as e:  # e.g. a CRC32C mismatch in a file whose size was right
             raise CheckpointError(
                 f"{e}\nThese files were downloaded into {directory}; delete that directory "

@@ -7,8 +7,8 @@ a :class:`~gpt2np.GPT2` of it.
 Accepted inputs:
 
 * OpenAI's release directory (``checkpoint``, ``hparams.json``, ``model.ckpt.index``,
-  ``model.ckpt.data-*``, ``encoder.json``, ``vocab.bpe``). The first load converts it into the
-  cache (:mod:`.cache`); later loads memory-map the cached safetensors without copying.
+  ``model.ckpt.data-*``, ``encoder.json``, ``vocab.bpe``). The first load verifies it and
+  records it in the cache (:mod:`.cache`); later loads memory-map its weights.
 * HF's layout: ``config.json`` + ``model.safetensors`` (or ``model.safetensors.index.json`` and
   its shards), or the path of a ``.safetensors`` file with ``config.json`` beside it.
 
@@ -27,13 +27,15 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..errors import CheckpointError, warn
+from ..errors import CheckpointError
 from ..hparams import HParams
 from ..params import Params, flatten, unflatten
+from ..paths import expand_user
+from ..smallfiles import read_json_file, read_small_file
 from . import cache
 from .convert import flat_from_hf, flat_from_openai, hf_config, hf_from_flat, hparams_from_hf_config
 from .safetensors import read_safetensors, write_safetensors
-from .tf_bundle import data_path, read_tf_checkpoint, read_tf_index
+from .tf_bundle import read_tf_checkpoint
 
 __all__ = ["Checkpoint", "load_dir", "save_dir"]
 
@@ -48,13 +50,7 @@ def _refuse_pickle(path: str) -> CheckpointError:
 
 
 def _read_json(path: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise CheckpointError(f"missing {path}") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise CheckpointError(f"cannot read {path}: {e}") from None
+    return read_json_file(path)  # a regular file, at most 16 MiB, nested at most 32 deep
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,28 +77,31 @@ def load_dir(
     path: str | os.PathLike[str],
     cache_dir: str | os.PathLike[str] | None = None,
     use_cache: bool = True,
+    verify: bool = False,
 ) -> Checkpoint:
     """Read GPT-2 from an OpenAI release directory, an HF directory, or a .safetensors file.
 
-    The weights come as stored (float32 for OpenAI's releases). A TF checkpoint is verified and
-    recorded in ``cache_dir`` (default ``$GPT2NP_HOME/cache``) on first load unless
-    ``use_cache=False``:
-    OpenAI's layout by a hard link to its data file, anything else converted to safetensors
-    (see :mod:`gpt2np.checkpoint.cache`); later loads memory-map the entry.
+    The weights come as stored (float32 for OpenAI's releases). A TF checkpoint's tensors are
+    checked against their CRC-32Cs on first load and recorded in ``cache_dir`` (default
+    ``$GPT2NP_HOME/cache``) unless ``use_cache=False``; later loads memory-map the weights
+    (OpenAI's layout in place, others from a safetensors conversion; see
+    :mod:`gpt2np.checkpoint.cache`). ``verify=True`` checks every CRC-32C on every load
+    (safetensors files carry no checksums). The hparams must name exactly the checkpoint's
+    tensors, no more and no fewer.
     Raises :class:`~gpt2np.CheckpointError` naming the file (and tensor) for bad input.
     """
-    path = os.path.expanduser(os.fspath(path))
+    path = expand_user(os.fspath(path), "path")
     if cache_dir is not None:
-        cache_dir = os.path.expanduser(os.fspath(cache_dir))
+        cache_dir = expand_user(os.fspath(cache_dir), "cache_dir")
     if os.path.isfile(path):
-        return _load_file(path, cache_dir, use_cache)
+        return _load_file(path, cache_dir, use_cache, verify)
     if not os.path.isdir(path):
         raise CheckpointError(f"no such checkpoint directory or file: {path}")
     names = set(os.listdir(path))
     if not names:
         raise CheckpointError(f"checkpoint directory {path} is empty")
     if "checkpoint" in names or any(n.endswith(".index") for n in names):
-        return _load_tf(path, cache_dir, use_cache)
+        return _load_tf_prefix(path, find_prefix(path), cache_dir, use_cache, verify)
     if "model.safetensors" in names or "model.safetensors.index.json" in names:
         return _load_hf(path)
     pickles = sorted(n for n in names if _PICKLE_NAMES.match(n))
@@ -114,12 +113,12 @@ def load_dir(
     )
 
 
-def _load_file(path: str, cache_dir: Any, use_cache: bool) -> Checkpoint:
+def _load_file(path: str, cache_dir: Any, use_cache: bool, verify: bool) -> Checkpoint:
     if path.endswith(".safetensors"):
         return _load_hf(os.path.dirname(path) or ".", files=[path])
     if path.endswith(".index"):
         prefix = path[: -len(".index")]
-        return _load_tf_prefix(os.path.dirname(path) or ".", prefix, cache_dir, use_cache)
+        return _load_tf_prefix(os.path.dirname(path) or ".", prefix, cache_dir, use_cache, verify)
     if _PICKLE_NAMES.match(os.path.basename(path)):
         raise _refuse_pickle(path)
     raise CheckpointError(f"{path}: not a checkpoint gpt2np reads (.safetensors or TF .index)")
@@ -129,23 +128,32 @@ def _load_file(path: str, cache_dir: Any, use_cache: bool) -> Checkpoint:
 
 
 def find_prefix(directory: str) -> str:
-    """The checkpoint prefix named by the directory's ``checkpoint`` file (or its only .index)."""
+    """The checkpoint prefix named by the directory's ``checkpoint`` file (or its only .index).
+
+    The prefix must lie inside ``directory``: the files of a release travel together, and an
+    absolute path or a ``../`` written on another machine (or in another copy) must not make a
+    directory's hparams load some other directory's weights.
+    """
     state = os.path.join(directory, "checkpoint")
-    if os.path.isfile(state):
-        with open(state, encoding="utf-8", errors="replace") as f:
-            m = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', f.read(), re.M)
+    if os.path.lexists(state):
+        text = read_small_file(state, 1 << 20).decode("utf-8", errors="replace")
+        m = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', text, re.M)
         if not m:
             raise CheckpointError(f"{state} names no model_checkpoint_path")
         named = m.group(1)
-        # Files of a release travel together: prefer the prefix inside this directory, since an
-        # absolute path written on another machine (or another copy) must not be followed. Then
-        # the path as TensorFlow means it: relative to this directory (not to the working one).
-        for prefix in (
-            os.path.join(directory, os.path.basename(named)),
-            os.path.join(directory, named),
-        ):
-            if os.path.isfile(prefix + ".index"):
-                return prefix
+        # First the name inside this directory (a path written on another machine keeps its
+        # last part), then the path as TensorFlow means it: relative to this directory, not to
+        # the working one, if that stays inside it.
+        here = os.path.abspath(directory)
+        for prefix in (os.path.basename(named), named):
+            inside = _inside(here, prefix)
+            if inside and os.path.isfile(os.path.join(here, prefix) + ".index"):
+                return os.path.join(directory, prefix)
+        if not _inside(here, named):
+            raise CheckpointError(
+                f"{state} names {named}, outside {directory}, and {os.path.basename(named)}"
+                ".index is not in it: gpt2np reads only a checkpoint inside its directory"
+            )
         raise CheckpointError(f"{state} names {named}, but {named}.index is not in {directory}")
     indexes = sorted(n for n in os.listdir(directory) if n.endswith(".index"))
     if len(indexes) != 1:
@@ -153,65 +161,28 @@ def find_prefix(directory: str) -> str:
     return os.path.join(directory, indexes[0][: -len(".index")])
 
 
-def _load_tf(directory: str, cache_dir: Any, use_cache: bool) -> Checkpoint:
-    return _load_tf_prefix(directory, find_prefix(directory), cache_dir, use_cache)
+def _inside(directory: str, path: str) -> bool:
+    """Whether ``path`` (relative to the absolute ``directory``, or absolute) names something in
+    ``directory``, by its spelling: no ``..`` or absolute path leads out."""
+    target = os.path.normpath(os.path.join(directory, path))
+    try:
+        return os.path.commonpath([directory, target]) == directory and target != directory
+    except ValueError:  # another drive (Windows)
+        return False
 
 
-def _load_tf_prefix(directory: str, prefix: str, cache_dir: Any, use_cache: bool) -> Checkpoint:
+def _load_tf_prefix(
+    directory: str, prefix: str, cache_dir: Any, use_cache: bool, verify: bool
+) -> Checkpoint:
     hparams_path = os.path.join(directory, "hparams.json")
     hparams = _hparams(hparams_path)
     vocabulary = _vocabulary(directory, "encoder.json", "vocab.bpe")
-    write_cache = use_cache
     if use_cache:
-        header, _ = read_tf_index(prefix)
-        shards = []
-        for i in range(header.num_shards):  # stop at the first missing one: the count may lie
-            shards.append(data_path(prefix, i, header.num_shards))
-            if not os.path.isfile(shards[-1]):
-                raise CheckpointError(f"missing data file {shards[-1]}")
         root = os.fspath(cache_dir) if cache_dir is not None else cache.default_cache_dir()
-        key = cache.cache_key(prefix + ".index", shards, hparams_path)
-        meta = {"format": "pt", "source": os.path.abspath(prefix), "gpt2np_key": key}
-        flat = _read_cache_entry(root, key, hparams)
-        if flat is not None:
-            return Checkpoint(hparams, unflatten(flat, hparams), vocabulary)
-        layout = cache.byte_copy_layout(prefix, hparams)
-        if layout is not None:  # OpenAI's own layout: link (or copy) the bytes, verify them
-            try:
-                cache.write_entry_from_layout(root, key, prefix, layout, hf_config(hparams), meta)
-            except OSError as e:  # a read-only or full cache: the general path reads it
-                warn(f"could not write the conversion cache in {root}: {e}")
-                write_cache = False  # and writing it again would fail alike: warn once
-            else:
-                flat = _read_cache_entry(root, key, hparams)
-                if flat is not None:
-                    return Checkpoint(hparams, unflatten(flat, hparams), vocabulary)
-    flat = flat_from_openai(read_tf_checkpoint(prefix), hparams, f"checkpoint {prefix}")
-    if write_cache:
-        try:
-            cache.write_entry(root, key, hf_from_flat(flat), hf_config(hparams), meta)
-        except OSError as e:  # a read-only or full cache must not stop the load
-            warn(f"could not write the conversion cache in {root}: {e}")
+        flat = cache.load_cached(prefix, hparams, hparams_path, root, verify)
+    else:
+        flat = flat_from_openai(read_tf_checkpoint(prefix), hparams, f"checkpoint {prefix}")
     return Checkpoint(hparams, unflatten(flat, hparams), vocabulary)
-
-
-def _read_cache_entry(root: str, key: str, hparams: HParams) -> dict[str, np.ndarray] | None:
-    """The cached flat params (memory-mapped), or None if there is no usable entry.
-
-    A damaged entry (say, a cache disk that filled up) is removed with a warning, so that the
-    caller converts the checkpoint again instead of failing on every load.
-    """
-    hit = cache.entry_dir(root, key)
-    if hit is None:
-        return None
-    try:
-        if cache.is_linked(hit):
-            return cache.read_linked_entry(hit, hparams)
-        return _read_hf_flat(os.path.join(hit, "model.safetensors"), hparams)
-    except CheckpointError as e:
-        warn(f"discarding a damaged cache entry: {e}")
-        shutil.rmtree(hit, ignore_errors=True)
-        return None
 
 
 def _hparams(path: str) -> HParams:
