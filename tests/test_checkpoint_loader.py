@@ -449,3 +449,88 @@ def test_index_claiming_billions_of_shards_costs_nothing(tmp_path):
     (d / "model.ckpt.index").write_bytes(bytes(index))
     with pytest.raises(CheckpointError, match=r"missing data file .*of-2147483647"):
         load(d, cache_dir=tmp_path / "c")
+
+
+# --- consistency and confinement (issue 14) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("use_cache", [True, False], ids=["cache", "no cache"])
+def test_hparams_must_name_exactly_the_checkpoints_tensors(tmp_path, use_cache):
+    """n_layer 1 for a 2-layer checkpoint loaded a 1-layer model silently (the index holds a
+    layer more than the hparams ask for); the safetensors path already refused it."""
+    d = copy(tmp_path, TF_SMALL)
+    hp = json.loads((d / "hparams.json").read_text())
+    (d / "hparams.json").write_text(json.dumps({**hp, "n_layer": 1}))
+    with pytest.raises(CheckpointError, match=r"n_layer=1 does not: model/h1/attn"):
+        load(d, cache_dir=tmp_path / "c", use_cache=use_cache)
+    h = copy(tmp_path, HF_SMALL, "hf")
+    config = json.loads((h / "config.json").read_text())
+    (h / "config.json").write_text(json.dumps({**config, "n_layer": 1}))
+    with pytest.raises(CheckpointError, match=r"tensors a GPT-2 LM does not: .*h\.1\."):
+        load(h)
+
+
+@pytest.mark.parametrize(
+    "named", ["/elsewhere/other/model.ckpt", "../other/model.ckpt", "sub/../../other/model.ckpt"]
+)
+def test_the_checkpoint_file_cannot_lead_out_of_its_directory(tmp_path, named):
+    """With the local index gone, an absolute or ../ path loaded another directory's weights
+    with this directory's hparams."""
+    d = copy(tmp_path, TF_SMALL)
+    other = copy(tmp_path, FIXTURES / "tf" / "sharded", "other")
+    for f in d.glob("model.ckpt*"):
+        f.unlink()
+    named = named.replace("/elsewhere/other", str(other))
+    (d / "sub").mkdir()
+    (d / "checkpoint").write_text(f'model_checkpoint_path: "{named}"\n')
+    assert (d / named).with_suffix(".ckpt.index").exists() or os.path.isabs(named)
+    with pytest.raises(CheckpointError, match=r"outside .*reads only a checkpoint inside"):
+        load(d, cache_dir=tmp_path / "c")
+
+
+@pytest.mark.parametrize(
+    "layout, name",
+    [
+        ("tf", "hparams.json"),
+        ("tf", "checkpoint"),
+        ("tf", "model.ckpt.index"),
+        ("hf", "config.json"),
+    ],
+)
+@pytest.mark.parametrize("kind", ["/dev/zero", "FIFO", "directory", "too big"])
+def test_small_files_are_read_bounded(tmp_path, layout, name, kind):
+    """hparams.json -> /dev/zero was read until 2.9 GB and a MemoryError; as a FIFO it hung.
+    Run in a child with a timeout so that a regression fails instead of hanging the suite."""
+    import subprocess
+    import sys
+
+    d = copy(tmp_path, TF_SMALL if layout == "tf" else HF_SMALL)
+    (d / name).unlink()
+    if kind == "/dev/zero":
+        (d / name).symlink_to("/dev/zero")
+    elif kind == "FIFO":
+        os.mkfifo(d / name)
+    elif kind == "directory":
+        (d / name).mkdir()
+    else:
+        (d / name).write_bytes(b" " * (17 << 20) + b"{}")
+    code = (
+        "import resource,sys,gpt2np\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "try: gpt2np.load(sys.argv[1], cache_dir=sys.argv[2])\n"
+        "except gpt2np.CheckpointError as e: print('CheckpointError', e)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code, str(d), str(tmp_path / "c")],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("CheckpointError") and name in run.stdout, run.stdout
+
+
+def test_an_unknown_users_home_is_a_clear_error(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match=r"'~nouser_gpt2np/x'.*user 'nouser_gpt2np'"):
+        load("~nouser_gpt2np/x")
+    with pytest.raises(ValueError, match=r"cache_dir '~nouser_gpt2np/c'"):
+        load(TF_SMALL, cache_dir="~nouser_gpt2np/c")
+    monkeypatch.setenv("GPT2NP_HOME", "~nouser_gpt2np")
+    with pytest.raises(ValueError, match=r"GPT2NP_HOME '~nouser_gpt2np'"):
+        load(TF_SMALL)

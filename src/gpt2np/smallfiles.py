@@ -50,16 +50,15 @@ def read_small_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
         if st.st_size > max_bytes:
             raise CheckpointError(f"{name} has {st.st_size} bytes, more than the {max_bytes} "
                                   "such a file may have")  # fmt: skip
-        chunks, total = [], 0
-        while True:  # read to the end, but never past the cap (the file may grow meanwhile)
-            chunk = os.read(fd, max_bytes + 1 - total)
+        data = bytearray()
+        while True:  # to the end, but never past the cap (the file may grow meanwhile)
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - len(data)))
             if not chunk:
                 break
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > max_bytes:
+            data += chunk
+            if len(data) > max_bytes:
                 raise CheckpointError(f"{name} grew past {max_bytes} bytes while it was read")
-        return b"".join(chunks)
+        return bytes(data)
     except OSError as e:
         raise CheckpointError(f"cannot read {name}: {e.strerror or e}") from None
     finally:

@@ -146,9 +146,9 @@ def find_prefix(directory: str) -> str:
         # the working one, if that stays inside it.
         here = os.path.abspath(directory)
         for prefix in (os.path.basename(named), named):
-            inside = _inside(here, prefix)
-            if inside and os.path.isfile(os.path.join(here, prefix) + ".index"):
-                return os.path.join(directory, prefix)
+            target = os.path.normpath(os.path.join(here, prefix))  # what is checked is opened
+            if _inside(here, target) and os.path.isfile(target + ".index"):
+                return target
         if not _inside(here, named):
             raise CheckpointError(
                 f"{state} names {named}, outside {directory}, and {os.path.basename(named)}"
@@ -164,7 +164,7 @@ def find_prefix(directory: str) -> str:
 def _inside(directory: str, path: str) -> bool:
     """Whether ``path`` (relative to the absolute ``directory``, or absolute) names something in
     ``directory``, by its spelling: no ``..`` or absolute path leads out."""
-    target = os.path.normpath(os.path.join(directory, path))
+    target = os.path.normpath(os.path.join(directory, path))  # "sub/.." is "", not sub's parent
     try:
         return os.path.commonpath([directory, target]) == directory and target != directory
     except ValueError:  # another drive (Windows)

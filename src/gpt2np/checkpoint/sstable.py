@@ -33,7 +33,7 @@ MAGIC = 0xDB4775248B80FB57
 FOOTER_SIZE = 48
 TRAILER_SIZE = 5
 NO_COMPRESSION, SNAPPY_COMPRESSION = 0, 1
-MAX_INDEX = 1 << 30  # real indexes are kilobytes to megabytes; refuse to slurp anything huge
+MAX_INDEX = 256 << 20  # a 1558M index is ~60 KB; refuse to slurp anything huge
 
 
 def read_table(
