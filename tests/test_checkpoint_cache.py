@@ -481,22 +481,35 @@ def test_leftovers_are_tidied(tmp_path):
 
 
 def _load_in_child(args):
+    import warnings
+
     src, cache = args
-    model = load(src, cache_dir=cache)
-    return sorted((k, float(np.asarray(a).sum())) for k, a in flatten(model.params).items())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = load(src, cache_dir=cache)
+    sums = sorted((k, float(np.asarray(a).sum())) for k, a in flatten(model.params).items())
+    return sums, [str(w.message) for w in caught]
 
 
 @pytest.mark.parametrize("src", [TF_SMALL, TF_SHARDED], ids=["in place", "converted"])
 def test_concurrent_first_loads_agree_and_leave_one_entry(tmp_path, src):
+    """Eight processes load one checkpoint first at once: the same weights, no warning (a
+    conversion another process just wrote is not taken for damage), one entry."""
     d = copy(tmp_path, src)
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         results = pool.map(_load_in_child, [(str(d), str(tmp_path / "c"))] * 8)
-    assert all(r == results[0] for r in results)
-    assert_weights(load(d, cache_dir=tmp_path / "c"), src)
+    assert all(r[0] == results[0][0] for r in results)
+    assert not [w for r in results for w in r[1]]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert_weights(load(d, cache_dir=tmp_path / "c"), src)
     names = os.listdir(tmp_path / "c")
     assert not [n for n in names if n.endswith(".tmp")]
     assert len(glob.glob(str(tmp_path / "c" / "*.json"))) == 1
-    assert len(glob.glob(str(tmp_path / "c" / "*.safetensors"))) == (src == TF_SHARDED)
+    converted = glob.glob(str(tmp_path / "c" / "*.safetensors"))  # a minute's grace for each
+    assert (1 <= len(converted) <= 8) if src == TF_SHARDED else not converted
 
 
 def test_the_in_place_path_accepts_only_what_the_general_path_accepts(tmp_path, monkeypatch):

@@ -55,6 +55,7 @@ FORMAT = "gpt2np-cache-2"
 RACY_NS = 2 * 10**9  # coarser than any file system's timestamps (FAT's mtime: 2 s)
 MAX_ENTRY_BYTES = 16 << 20  # 1558M's entry is ~60 KB
 STALE_SECONDS = 24 * 3600  # leftovers of a killed process are removed after a day
+GRACE_SECONDS = 60  # a conversion just written may be about to be named by its entry
 _KEYS = {"format", "kind", "index_sha256", "hparams", "shards", "data", "racy", "tensors"}
 _SAFETENSORS_DTYPE = {np.dtype(v).str: k for k, v in DTYPES.items() if k in ("F16", "F32", "F64")}
 
@@ -125,6 +126,7 @@ def _use_entry(
     outdated or damaged)."""
     if not os.path.lexists(path):
         return None
+    body = None
     try:
         try:
             raw = read_json_file(path, MAX_ENTRY_BYTES, max_depth=8)
@@ -143,11 +145,11 @@ def _use_entry(
             if body["racy"] and not _racy(body["data"][1]):
                 _write(path, body, None)  # verified again long enough after the last change
     except _Outdated:
-        _discard(path)
+        _discard(path, body)
         return None
     except (_Damaged, OSError) as e:  # (OSError: a file vanished while it was checked)
         warn(f"discarding a damaged cache entry: {e}")
-        _discard(path)
+        _discard(path, body)
         return None
     return flat
 
@@ -263,13 +265,31 @@ def _converted_files(path: str) -> list[str]:
     return glob.glob(glob.escape(path[: -len(".json")]) + ".*.safetensors")
 
 
-def _discard(path: str) -> None:
-    """Remove an entry and its converted file (a process that mapped it keeps its pages)."""
-    for f in [path, *_converted_files(path)]:
+def _discard(path: str, body: dict[str, Any] | None = None) -> None:
+    """Remove an entry and the file it converted to (a process that mapped it keeps its pages)."""
+    converted = body["data"][0] if body and body.get("kind") == "converted" else None
+    for f in (path, converted):
+        if f is not None and (f == path or f in _converted_files(path)):
+            _unlink(f)
+    _remove_converted(path, keep=None)
+
+
+def _remove_converted(path: str, keep: str | None) -> None:
+    """Remove the entry's converted files but ``keep``, except any written in the last minute:
+    another process converting the same checkpoint may be about to name it in the entry."""
+    for f in _converted_files(path):
         try:
-            os.unlink(f)
+            if f != keep and time.time() - os.stat(f).st_mtime > GRACE_SECONDS:
+                os.unlink(f)
         except OSError:
             pass
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def _write(path: str, body: dict[str, Any], flat: dict[str, np.ndarray] | None) -> None:
@@ -293,12 +313,7 @@ def _write(path: str, body: dict[str, Any], flat: dict[str, np.ndarray] | None) 
             raise
         warn(f"could not write the conversion cache in {cache_dir}: {e}")
         return
-    for old in _converted_files(path):  # an earlier conversion of this checkpoint
-        if old != (new or body["data"][0]):
-            try:
-                os.unlink(old)
-            except OSError:
-                pass
+    _remove_converted(path, keep=body["data"][0])  # earlier conversions of this checkpoint
 
 
 def _write_converted(path: str, flat: dict[str, np.ndarray], body: dict[str, Any]) -> None:
@@ -342,14 +357,12 @@ def _tidy(cache_dir: str) -> None:
                     shutil.rmtree(path, ignore_errors=True)
             elif name.endswith(".tmp") and old:
                 os.unlink(path)
-            elif name.endswith(".safetensors") and old:
-                entry = name.split(".", 1)[0] + ".json"
-                if not os.path.exists(os.path.join(cache_dir, entry)):
-                    os.unlink(path)
             elif name.endswith(".json") and _converted_files(path):
-                shards = read_json_file(path, MAX_ENTRY_BYTES, max_depth=8)["body"]["shards"]
-                if not any(os.path.exists(shard) for shard, _ in shards):
-                    _discard(path)  # the checkpoint it converted is gone
+                body = read_json_file(path, MAX_ENTRY_BYTES, max_depth=8)["body"]
+                if not any(os.path.exists(shard) for shard, _ in body["shards"]):
+                    _discard(path, body)  # the checkpoint it converted is gone
+                else:
+                    _remove_converted(path, keep=body["data"][0])
         except (OSError, CheckpointError, LookupError, TypeError, ValueError):
             # gone already (renamed or removed by its owner), or not an entry to judge here
             continue
