@@ -6,6 +6,7 @@ the model built from what it read); a few check the reader's own result."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pathlib
@@ -534,3 +535,74 @@ def test_an_unknown_users_home_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("GPT2NP_HOME", "~nouser_gpt2np")
     with pytest.raises(ValueError, match=r"GPT2NP_HOME '~nouser_gpt2np'"):
         load(TF_SMALL)
+
+
+# --- save on a full disk (issue 14: save() left .config.json.PID.tmp and half a directory) -----
+
+
+def _gpt2_vocab_model():
+    hp = gpt2np.HParams(n_vocab=50257, n_ctx=8, n_embd=4, n_head=1, n_layer=1)
+    return gpt2np.GPT2(hp, gpt2np.init_params(hp))  # GPT-2's bundled vocabulary: 1.5 MB
+
+
+def _enospc_on(monkeypatch, target):
+    """os.fsync of a file named ``target`` fails as on a full disk (ext4 reports delayed
+    allocation failures there)."""
+    real = os.fsync
+
+    def fsync(fd):
+        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")) == target:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+@pytest.mark.parametrize("target", ["config.json", "merges.txt"])
+@pytest.mark.parametrize("existing", [False, True], ids=["new dir", "existing dir"])
+def test_save_on_a_full_disk_leaves_nothing(tmp_path, monkeypatch, target, existing):
+    out = tmp_path / "deep" / "out"
+    if existing:
+        out.mkdir(parents=True)
+        (out / "config.json").write_text("old")
+        (out / "merges.txt").write_text("old")
+    _enospc_on(monkeypatch, target)
+    with pytest.raises(OSError, match="No space left"):
+        save(_gpt2_vocab_model(), out)
+    if existing:
+        assert sorted(os.listdir(out)) == ["config.json", "merges.txt"]
+        assert (out / "config.json").read_text() == "old"
+        assert os.listdir(tmp_path / "deep") == ["out"]
+    else:
+        assert os.listdir(tmp_path) == []  # not even the parent it made
+
+
+def test_save_into_an_existing_directory_replaces_its_files(tmp_path):
+    (tmp_path / "vocab.json").write_text("another model's")
+    (tmp_path / "merges.txt").write_text("another model's")
+    (tmp_path / "notes.txt").write_text("mine")
+    hp = gpt2np.HParams(n_vocab=50, n_ctx=8, n_embd=12, n_head=3, n_layer=1)
+    model = gpt2np.GPT2(hp, gpt2np.init_params(hp, seed=3))  # no vocabulary to copy
+    save(model, tmp_path)
+    assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors", "notes.txt"]
+    with pytest.raises(ValueError, match="not a directory"):
+        save(model, tmp_path / "notes.txt")
+
+
+def test_save_on_a_really_full_file_system(tmp_path):
+    """A 1.6 MB tmpfs: model.safetensors and config.json fit, the vocabulary does not."""
+    import subprocess
+
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1600k", "tmpfs", str(mnt)],
+                             capture_output=True)  # fmt: skip
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        with pytest.raises(OSError) as e:
+            save(_gpt2_vocab_model(), mnt / "out")
+        assert e.value.errno == errno.ENOSPC
+        assert os.listdir(mnt) == []
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)

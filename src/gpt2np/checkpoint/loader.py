@@ -22,6 +22,7 @@ import dataclasses
 import json
 import os
 import re
+import secrets
 import shutil
 from typing import Any, Optional
 
@@ -247,22 +248,85 @@ def save_dir(
     merges.txt copied from ``vocabulary``, the (encoder, merges) paths, when given).
 
     The output loads with ``transformers.GPT2LMHeadModel.from_pretrained(out_dir)`` and with
-    :func:`load_dir` (giving identical arrays). Each file is written to a temporary name and
-    renamed when complete.
+    :func:`load_dir` (giving identical arrays). Everything is written into a temporary
+    directory beside ``out_dir`` (or inside it, if it exists) and flushed to disk; then the
+    directory is renamed into place (or, into an existing directory, each file is renamed over
+    its namesake and a vocabulary left from another model is removed). Any failure, a full disk
+    included, removes what was written and leaves ``out_dir`` as it was.
     """
-    out_dir = os.fspath(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = expand_user(os.fspath(out_dir), "out_dir")
+    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
+        raise ValueError(f"cannot save into {out_dir}: it exists and is not a directory")
+    existing = os.path.isdir(out_dir)
+    parent = out_dir if existing else os.path.dirname(os.path.abspath(out_dir))
+    created = _make_parents(parent)
+    tmp = _make_temp_dir(parent, os.path.basename(out_dir))
+    try:
+        names = _write_hf_dir(tmp, hparams, params, vocabulary)
+        if not existing:
+            try:
+                os.rename(tmp, out_dir)
+                return
+            except OSError:  # another process made out_dir meanwhile: merge into it as below
+                pass
+        for name in names:
+            os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
+        for name in {"vocab.json", "merges.txt"} - set(names):  # another model's vocabulary
+            if os.path.lexists(os.path.join(out_dir, name)):
+                os.unlink(os.path.join(out_dir, name))
+        os.rmdir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for d in reversed(created):
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
+        raise
+
+
+def _make_temp_dir(parent: str, name: str) -> str:
+    """A new directory ``parent/.name.<random>.tmp`` with the usual permissions (mkdtemp's are
+    0700, which the renamed output would keep)."""
+    while True:
+        tmp = os.path.join(parent, f".{name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.mkdir(tmp)
+            return tmp
+        except FileExistsError:
+            continue
+
+
+def _make_parents(directory: str) -> list[str]:
+    """os.makedirs(directory), returning the directories it made (outermost first)."""
+    missing, d = [], os.path.abspath(directory)
+    while not os.path.isdir(d) and os.path.dirname(d) != d:
+        missing.append(d)
+        d = os.path.dirname(d)
+    os.makedirs(directory, exist_ok=True)
+    return missing[::-1]
+
+
+def _write_hf_dir(
+    directory: str, hparams: HParams, params: Params, vocabulary: Optional[tuple[str, str]]
+) -> list[str]:
+    """Write and flush the HF files into the empty ``directory``; return their names."""
     tensors = hf_from_flat(flatten(params))
-    write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors, {"format": "pt"})
+    write_safetensors(os.path.join(directory, "model.safetensors"), tensors, {"format": "pt"})
+    read_safetensors(os.path.join(directory, "model.safetensors"))  # complete and well-formed
     config = hf_config(hparams)
     config["torch_dtype"] = str(params["wte"].dtype)
-    tmp = os.path.join(out_dir, f".config.json.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2)
-    os.replace(tmp, os.path.join(out_dir, "config.json"))
+        f.flush()
+        os.fsync(f.fileno())
+    names = ["model.safetensors", "config.json"]
     # the vocabulary as HF's vocab.json + merges.txt (the same formats as OpenAI's encoder.json
     # + vocab.bpe), so that the directory is complete for HF and for load_dir
     for src, name in zip(vocabulary or (), ("vocab.json", "merges.txt")):
-        tmp = os.path.join(out_dir, f".{name}.{os.getpid()}.tmp")
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, os.path.join(out_dir, name))
+        with open(src, "rb") as f_in, open(os.path.join(directory, name), "wb") as f_out:
+            shutil.copyfileobj(f_in, f_out)
+            f_out.flush()
+            os.fsync(f_out.fileno())
+        names.append(name)
+    return names
