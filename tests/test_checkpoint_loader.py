@@ -297,6 +297,14 @@ def test_hf_config_problems(tmp_path):
     (d / "config.json").write_text(json.dumps({**config, "n_embd": {}, "n_inner": {}}))
     with pytest.raises(CheckpointError, match=r"config\.json.*n_embd"):
         load(d)
+    # settings of HF's GPT2Config that change the maths gpt2np implements
+    for key, value in [("scale_attn_weights", False), ("scale_attn_by_inverse_layer_idx", True)]:
+        (d / "config.json").write_text(json.dumps({**config, key: value}))
+        with pytest.raises(CheckpointError, match=rf"{key}=.*gpt2np implements"):
+            load(d)
+    (d / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": False}))
+    with pytest.raises(CheckpointError, match=r"no lm_head\.weight.*tie_word_embeddings=false"):
+        load(d)
     (d / "config.json").unlink()
     with pytest.raises(CheckpointError, match=r"missing .*config\.json"):
         load(d)

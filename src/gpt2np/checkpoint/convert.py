@@ -110,12 +110,14 @@ def flat_from_openai(
 
 
 def flat_from_hf(
-    tensors: dict[str, np.ndarray], hparams: HParams, source: str
+    tensors: dict[str, np.ndarray], hparams: HParams, source: str, tied: bool = True
 ) -> dict[str, np.ndarray]:
     """HF GPT-2 tensors (with or without ``transformer.``) -> flat params, shapes checked.
 
-    ``lm_head.weight`` must be absent or equal to wte (gpt2np's head is tied); mask buffers are
-    ignored; any other unknown tensor is an error, since it means this is not a GPT-2 LM.
+    ``lm_head.weight`` must be absent or equal to wte (gpt2np's head is tied); absent is not
+    allowed when the config says the head is not tied (``tied=False``: HF would make a random
+    one). Mask buffers are ignored; any other unknown tensor is an error, since it means this
+    is not a GPT-2 LM.
     """
     stripped: dict[str, np.ndarray] = {}
     for name, a in tensors.items():
@@ -124,6 +126,11 @@ def flat_from_hf(
             raise CheckpointError(f"{source} holds tensor {key} twice (with and without prefix)")
         stripped[key] = a
     lm_head = stripped.pop("lm_head.weight", None)
+    if lm_head is None and not tied:
+        raise CheckpointError(
+            f"{source} has no lm_head.weight, and its config says tie_word_embeddings=false: "
+            "HF would initialise a random head; gpt2np needs the tied one"
+        )
     check_layer_count(len(stripped), hparams, source)
     flat = {
         f: _take(stripped, hf_name(f), shape, source, squeeze=False)
@@ -193,7 +200,11 @@ def hparams_from_hf_config(config: Any, source: str) -> HParams:
         "activation_function": ("gelu_new", config.get("activation_function", "gelu_new")),
         "n_inner": (None, config.get("n_inner")),
         "layer_norm_epsilon": (1e-5, config.get("layer_norm_epsilon", 1e-5)),
-    }
+        # HF's switches away from GPT-2's attention: no 1/sqrt(d_head), or 1/layer on top
+        "scale_attn_weights": (True, config.get("scale_attn_weights", True)),
+        "scale_attn_by_inverse_layer_idx": (
+            False, config.get("scale_attn_by_inverse_layer_idx", False)),
+    }  # fmt: skip
     for key, (want, got) in checks.items():
         if got != want and not (key == "n_inner" and got == 4 * hparams.n_embd):
             raise CheckpointError(f"{source} has {key}={got!r}; gpt2np implements {want!r}")

@@ -214,7 +214,9 @@ def _hf_files(directory: str) -> list[str]:
     return [os.path.join(directory, f) for f in files]
 
 
-def _read_hf_flat(files: str | list[str], hparams: HParams) -> dict[str, np.ndarray]:
+def _read_hf_flat(
+    files: str | list[str], hparams: HParams, tied: bool = True
+) -> dict[str, np.ndarray]:
     files = [files] if isinstance(files, str) else files
     tensors: dict[str, np.ndarray] = {}
     origin: dict[str, str] = {}
@@ -225,15 +227,16 @@ def _read_hf_flat(files: str | list[str], hparams: HParams) -> dict[str, np.ndar
             if name in origin:  # which copy is meant? Not ours to guess
                 raise CheckpointError(f"tensor {name} is in both {origin[name]} and {f}")
             tensors[name], origin[name] = array, f
-    return flat_from_hf(
-        tensors, hparams, files[0] if len(files) == 1 else os.path.dirname(files[0])
-    )
+    where = files[0] if len(files) == 1 else os.path.dirname(files[0])
+    return flat_from_hf(tensors, hparams, where, tied)
 
 
 def _load_hf(directory: str, files: list[str] | None = None) -> Checkpoint:
     config_path = os.path.join(directory, "config.json")
-    hparams = hparams_from_hf_config(_read_json(config_path), config_path)
-    flat = _read_hf_flat(files or _hf_files(directory), hparams)
+    config = _read_json(config_path)
+    hparams = hparams_from_hf_config(config, config_path)
+    tied = config.get("tie_word_embeddings", True) is not False
+    flat = _read_hf_flat(files or _hf_files(directory), hparams, tied)
     vocabulary = _vocabulary(directory, "vocab.json", "merges.txt")
     return Checkpoint(hparams, unflatten(flat, hparams), vocabulary)
 
