@@ -182,6 +182,9 @@ _LOAD_DIR = (  # cold the first time in a round (empty cache dir), warm the seco
 _LOADS = {  # label -> code run in a fresh process with argv [ckpt dir, cache dir, prefix]
     "cold (TF ckpt + CRC32C + cache write)": _LOAD_DIR,
     "warm (memory-mapped cache)": _LOAD_DIR,
+    "warm, verify=True (every CRC32C again)": _LOAD_DIR.replace(
+        "sys.argv[2])", "sys.argv[2],verify=True)"
+    ),
     "read_tf_checkpoint (arrays, CRC32C, no cache)": (
         "import sys,time,gpt2np;from gpt2np.checkpoint import read_tf_checkpoint\n"
         "t=time.perf_counter();a=read_tf_checkpoint(sys.argv[3])\n"
@@ -204,7 +207,7 @@ def load_times(ckpt: str, tf_python: str | None, rounds: int) -> None:
     times: dict[str, list[float]] = {label: [] for label in runs}
     rss: dict[str, int] = {}
     labels = list(runs)
-    units = [labels[:2]] + [[label] for label in labels[2:]]  # warm needs the cold run's cache
+    units = [labels[:3]] + [[label] for label in labels[3:]]  # warm needs the cold run's cache
     for r in range(rounds):
         turn = units[r % len(units) :] + units[: r % len(units)]
         order = [label for unit in turn for label in unit]

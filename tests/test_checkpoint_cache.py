@@ -303,6 +303,8 @@ DAMAGE = {
     "a shape": lambda b: b["tensors"]["wpe"].__setitem__(2, [16, 15]),
     "a dtype": lambda b: b["tensors"]["wpe"].__setitem__(1, "<i4"),
     "the format": lambda b: b.update(format="gpt2np-cache-1"),
+    "another data file": lambda b: b.update(data=["/etc/hostname", b["data"][1]]),
+    "a NUL in a path": lambda b: b["shards"][0].__setitem__(0, b["data"][0] + "\0"),
 }
 
 

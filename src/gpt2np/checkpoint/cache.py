@@ -85,7 +85,7 @@ def load_cached(
     index_bytes = read_index_bytes(index)
     index_sha = hashlib.sha256(index_bytes).hexdigest()
     path = entry_path(cache_dir, prefix, hparams_path)
-    flat = _use_entry(path, index_sha, hparams, verify)
+    flat = _use_entry(path, prefix, index_sha, hparams, verify)
     if flat is not None:
         return flat
     header, entries = parse_tf_index(index_bytes, index)
@@ -120,7 +120,7 @@ class _Outdated(Exception):
 
 
 def _use_entry(
-    path: str, index_sha: str, hparams: HParams, verify: bool
+    path: str, prefix: str, index_sha: str, hparams: HParams, verify: bool
 ) -> dict[str, np.ndarray] | None:
     """The entry's memory-mapped flat params, or None (after discarding an entry that is
     outdated or damaged)."""
@@ -133,6 +133,7 @@ def _use_entry(
         except CheckpointError as e:  # not JSON, too big, too deep, not a regular file
             raise _Damaged(str(e)) from None
         body = _body(raw, path)
+        _names_its_files(body, path, prefix)
         if body["index_sha256"] != index_sha or body["hparams"] != hparams.to_dict():
             raise _Outdated
         for shard, shard_stamp in body["shards"]:
@@ -147,7 +148,7 @@ def _use_entry(
     except _Outdated:
         _discard(path, body)
         return None
-    except (_Damaged, OSError) as e:  # (OSError: a file vanished while it was checked)
+    except (_Damaged, OSError, ValueError) as e:  # a file vanished; a path with a NUL
         warn(f"discarding a damaged cache entry: {e}")
         _discard(path, body)
         return None
@@ -179,6 +180,18 @@ def _body(raw: Any, path: str) -> dict[str, Any]:
     ):
         raise _Damaged(f"{path} has fields of the wrong kind")
     return body
+
+
+def _names_its_files(body: dict[str, Any], path: str, prefix: str) -> None:
+    """The entry may map only this checkpoint's own data shard (in place) or a conversion of
+    its own in the cache, never some other file a damaged entry names."""
+    shard_name = os.path.abspath(prefix) + ".data-"
+    if body["kind"] == "in-place":
+        mine = len(body["shards"]) == 1 and body["data"] == body["shards"][0]
+    else:
+        mine = body["data"][0] in _converted_files(path)
+    if not (mine and all(s.startswith(shard_name) for s, _ in body["shards"])):
+        raise _Damaged(f"{path} names files that are not its checkpoint's")
 
 
 def _spans(body: dict[str, Any], hparams: HParams, path: str) -> dict[str, tuple]:
