@@ -546,3 +546,14 @@ def test_hparams_change_is_a_new_model_not_a_stale_one(tmp_path, settled):
     with pytest.raises(CheckpointError, match=r"n_layer=1 does not: model/h1/"):
         load(d, cache_dir=cache)
     assert isinstance(load(TF_SMALL).hparams, gpt2np.HParams)
+
+
+def test_a_file_system_that_cannot_map_files_gets_a_conversion(tmp_path, monkeypatch):
+    from gpt2np.checkpoint import verify
+
+    def unmappable(*args):
+        raise OSError(errno.ENODEV, "No such device")
+
+    monkeypatch.setattr(verify, "map_file", unmappable)
+    assert_weights(load(TF_SMALL, cache_dir=tmp_path / "c"))
+    assert len(list((tmp_path / "c").glob("*.safetensors"))) == 1

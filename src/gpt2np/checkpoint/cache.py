@@ -97,8 +97,9 @@ def load_cached(
     body: dict[str, Any] = {"format": FORMAT, "index_sha256": index_sha,
                             "hparams": hparams.to_dict()}  # fmt: skip
     layout = in_place_layout(header, entries, shards, hparams)
-    if layout is not None:  # OpenAI's own layout: check its bytes, map them where they are
-        flat, data_stamp, crcs = verify_in_place(shards[0], layout)
+    mapped = verify_in_place(shards[0], layout) if layout is not None else None
+    if layout is not None and mapped[0] is not None:  # OpenAI's layout, checked, mapped in place
+        flat, data_stamp, crcs = mapped
         data = [os.path.abspath(shards[0]), data_stamp]
         tensors = {f: [e.offset, "<f4", list(flat[f].shape), crc]
                    for (_, f, e), crc in zip(layout, crcs)}  # fmt: skip

@@ -71,13 +71,14 @@ def in_place_layout(
 
 def verify_in_place(
     path: str, layout: Layout
-) -> tuple[dict[str, np.ndarray], list[int], list[int]]:
+) -> tuple[dict[str, np.ndarray] | None, list[int], list[int]]:
     """Check every tensor of ``layout`` in the data file ``path`` against the CRC-32C its index
     stores, while the file is flushed to disk (a download just written may not be there yet).
 
-    Returns the flat params as read-only views of one memory map of the file, the file's
-    :func:`stamp` and each tensor's CRC-32C. A mismatch is a CheckpointError naming the tensor
-    and the file; so is a file that changed while it was checked.
+    Returns the flat params as read-only views of one memory map of the file (None if the file
+    cannot be mapped), the file's :func:`stamp` and each tensor's CRC-32C. A mismatch is a
+    CheckpointError naming the tensor and the file; so is a file that changed while it was
+    checked.
     """
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
     try:
@@ -91,7 +92,10 @@ def verify_in_place(
         if stamp(os.fstat(fd)) != before or stamp(os.stat(path)) != before:
             raise CheckpointError(f"{path} changed while it was verified; load it again")
         spans = {flat: (e.offset, "<f4", _shape(flat, e)) for _, flat, e in layout}
-        return map_file(fd, spans), before, crcs
+        try:
+            return map_file(fd, spans), before, crcs
+        except (OSError, ValueError):  # a file system that cannot map files (some FUSE ones)
+            return None, before, crcs
     finally:
         os.close(fd)
 
