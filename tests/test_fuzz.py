@@ -1,7 +1,7 @@
 """The fuzz tier: seeded damage to every fixture gpt2np reads (tests/fuzzing.py, targets in
 tests/fuzz_targets.py), each case in a worker process with a memory cap and a timeout.
 
-    GPT2NP_FUZZ_SECONDS=240 pytest -m fuzz -rP     # CI: the budget is shared by the targets
+    GPT2NP_FUZZ_SECONDS=240 pytest -m fuzz -rxP    # CI: the budget is shared by the targets
 
 The default run (no ``-m fuzz``) runs a few fixed cases of each target as a smoke test.
 ``GPT2NP_FUZZ_SEED`` shifts the first seed (default 0), so another run covers other cases.
