@@ -182,6 +182,14 @@ _LOAD_DIR = (  # cold the first time in a round (empty cache dir), warm the seco
 _LOADS = {  # label -> code run in a fresh process with argv [ckpt dir, cache dir, prefix]
     "cold (TF ckpt + CRC32C + cache write)": _LOAD_DIR,
     "warm (memory-mapped cache)": _LOAD_DIR,
+    "warm, verify=True (every CRC32C again)": _LOAD_DIR.replace(
+        "sys.argv[2])", "sys.argv[2],verify=True)"
+    ),
+    "read the data file's bytes (16 MB reads)": (  # the floor: page cache to user space
+        "import sys,time,glob\nt=time.perf_counter()\nb=bytearray(16<<20)\n"
+        "for p in glob.glob(sys.argv[3]+'.data-*'):\n"
+        " with open(p,'rb',buffering=0) as f:\n  while f.readinto(b): pass\n"
+    ),
     "read_tf_checkpoint (arrays, CRC32C, no cache)": (
         "import sys,time,gpt2np;from gpt2np.checkpoint import read_tf_checkpoint\n"
         "t=time.perf_counter();a=read_tf_checkpoint(sys.argv[3])\n"
@@ -204,7 +212,7 @@ def load_times(ckpt: str, tf_python: str | None, rounds: int) -> None:
     times: dict[str, list[float]] = {label: [] for label in runs}
     rss: dict[str, int] = {}
     labels = list(runs)
-    units = [labels[:2]] + [[label] for label in labels[2:]]  # warm needs the cold run's cache
+    units = [labels[:3]] + [[label] for label in labels[3:]]  # warm needs the cold run's cache
     for r in range(rounds):
         turn = units[r % len(units) :] + units[: r % len(units)]
         order = [label for unit in turn for label in unit]
@@ -217,11 +225,13 @@ def load_times(ckpt: str, tf_python: str | None, rounds: int) -> None:
                 rss[label] = max(rss.get(label, 0), int(out.split()[-1]))
     median = {label: statistics.median(ts) for label, ts in times.items()}
     tf = median.get("TensorFlow tf.train.load_checkpoint")
+    read = median["read the data file's bytes (16 MB reads)"]
     for label, t in median.items():
         line = (
             f"  load {label:46s} {t:7.3f} s (min {min(times[label]):.3f}, max "
             f"{max(times[label]):.3f})  peak RSS {rss[label] / 1024:.0f} MB"
         )
+        line += f"  {t / read:5.2f}x the read"
         if tf and not label.startswith("TensorFlow"):
             line += f"  TF/this {tf / t:5.2f}x"
         print(line, flush=True)
@@ -263,6 +273,7 @@ def main() -> None:
     ap.add_argument("--ckpt", help="TF checkpoint directory to time cold and warm loads")
     ap.add_argument("--tf-python", help="a python with tensorflow, to time TF's own loading")
     ap.add_argument("--load-rounds", type=int, default=5, help="rounds of the load timings")
+    ap.add_argument("--skip-model", action="store_true", help="only the load timings (--ckpt)")
     ap.add_argument("--only", help="run only the cases whose name contains this text")
     ap.add_argument("--rows", action="store_true", help="also probe the products for 1-16 rows")
     args = ap.parse_args()
@@ -271,6 +282,9 @@ def main() -> None:
 
     print(f"date {time.strftime('%Y-%m-%d')}  cpu {cpu_name()}  cores {os.cpu_count()}")
     print(f"numpy {np.__version__}  BLAS {blas_info()}  python {platform.python_version()}")
+    if args.skip_model and args.ckpt:
+        load_times(args.ckpt, args.tf_python, args.load_rounds)
+        return
     if args.model:
         model = gpt2np.load(args.model)
     else:

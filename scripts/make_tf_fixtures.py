@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import sys
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -39,16 +40,22 @@ def many_name(i: int) -> str:
 
 def gpt2_arrays(hp: dict, seed: int) -> dict[str, np.ndarray]:
     """Random float32 weights with OpenAI's names and shapes (conv1d weights [1, n_in, n_out])."""
+    return {name: make() for name, _, make in gpt2_array_makers(hp, seed)}
+
+
+def gpt2_array_makers(hp: dict, seed: int) -> list[tuple[str, tuple[int, ...], Callable]]:
+    """(name, shape, make) for each weight, in gpt2_arrays' order: calling the makers in that
+    order gives its arrays one at a time (a 1558M model need not be in memory twice)."""
     rng = np.random.default_rng(seed)
     V, C, D = hp["n_vocab"], hp["n_ctx"], hp["n_embd"]
 
     def r(*shape, scale=0.02, loc=0.0):
-        return (loc + scale * rng.standard_normal(shape)).astype(np.float32)
+        return shape, lambda: (loc + scale * rng.standard_normal(shape)).astype(np.float32)
 
-    arrays = {"model/wte": r(V, D), "model/wpe": r(C, D, scale=0.01)}
+    makers = {"model/wte": r(V, D), "model/wpe": r(C, D, scale=0.01)}
     for i in range(hp["n_layer"]):
         p = f"model/h{i}/"
-        arrays.update({
+        makers.update({
             p + "ln_1/g": r(D, scale=0.1, loc=1.0), p + "ln_1/b": r(D),
             p + "attn/c_attn/w": r(1, D, 3 * D), p + "attn/c_attn/b": r(3 * D),
             p + "attn/c_proj/w": r(1, D, D), p + "attn/c_proj/b": r(D),
@@ -56,8 +63,8 @@ def gpt2_arrays(hp: dict, seed: int) -> dict[str, np.ndarray]:
             p + "mlp/c_fc/w": r(1, D, 4 * D), p + "mlp/c_fc/b": r(4 * D),
             p + "mlp/c_proj/w": r(1, 4 * D, D), p + "mlp/c_proj/b": r(D),
         })  # fmt: skip
-    arrays.update({"model/ln_f/g": r(D, scale=0.1, loc=1.0), "model/ln_f/b": r(D)})
-    return arrays
+    makers.update({"model/ln_f/g": r(D, scale=0.1, loc=1.0), "model/ln_f/b": r(D)})
+    return [(name, shape, make) for name, (shape, make) in makers.items()]
 
 
 def save(out, arrays, devices=None, sharded=False, dtypes=None, expected_as=None):

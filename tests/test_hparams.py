@@ -59,7 +59,7 @@ def test_from_json_names_the_file_and_wants_an_object(tmp_path) -> None:
         path.write_text(content)
         with pytest.raises(error, match=match) as e:
             gpt2np.HParams.from_json(path)
-        assert str(e.value).startswith(f"{path}: ")
+        assert str(path) in str(e.value)
     with pytest.raises(TypeError, match="must be a dict"):
         gpt2np.HParams.from_dict(None)
 
@@ -80,7 +80,7 @@ def test_deeply_nested_json_is_a_value_error_naming_the_file(tmp_path) -> None:
     path.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ValueError, match="nested too deeply") as e:
         gpt2np.HParams.from_json(path)
-    assert str(e.value).startswith(f"{path}: ")
+    assert str(path) in str(e.value)
 
 
 def test_flatten_unflatten_round_trip() -> None:

@@ -28,6 +28,7 @@ from .gpt2 import GPT2
 from .hparams import HPARAMS
 from .hub import RepoNotFound, is_repo_id
 from .params import map_params
+from .paths import expand_user
 from .progress import show_progress
 from .tokenizer import Tokenizer
 
@@ -48,6 +49,7 @@ def load(
     revision: Optional[str] = None,
     token: Optional[str] = None,
     mmap: bool = True,
+    verify: bool = False,
 ) -> GPT2:
     """Load GPT-2 from a path, by published name ("124M", ..., or HF's "gpt2", "gpt2-medium",
     "gpt2-large", "gpt2-xl"; downloaded on first use), or by Hugging Face Hub repo id
@@ -62,7 +64,8 @@ def load(
     when it holds the files, offline when ``HF_HUB_OFFLINE=1``; ``token`` (default
     ``$HF_TOKEN``) for gated and private repositories. The files are read by
     :func:`gpt2np.checkpoint.load_dir`, which checks every tensor's CRC32C and caches the
-    conversion in ``cache_dir`` (default ``$GPT2NP_HOME/cache``; ``use_cache=False`` skips it).
+    conversion in ``cache_dir`` (default ``$GPT2NP_HOME/cache``; ``use_cache=False`` skips it,
+    and verifies on every load); ``verify=True`` checks the CRC-32Cs on every load too.
     ``dtype`` casts the weights (default: float32 as stored); ``fast`` as for :class:`GPT2`.
 
     progress: bars for the download and the first load's verification; None (default) shows
@@ -88,19 +91,20 @@ def load(
     progress = show_progress(progress)  # resolved once: the download and the reader agree
     if text.startswith("hf:"):
         return _load_from_hub(text[3:], revision, token, progress, dtype, fast, mmap)
-    path = pathlib.Path(text).expanduser()
+    path = pathlib.Path(expand_user(text, "load() path"))
     if path.exists() and revision is not None:
         raise ValueError(f"revision= is for a Hub repo id, but {text!r} is a local path")
     if path.exists():
         try:
-            return _model(load_dir(path, cache_dir, use_cache, progress), dtype, fast, mmap)
+            checkpoint = load_dir(path, cache_dir, use_cache, verify=verify, progress=progress)
+            return _model(checkpoint, dtype, fast, mmap)
         except CheckpointError as e:
             _raise_if_incomplete_release(path, e)
             raise
     if isinstance(name_or_path, str) and text in KNOWN_NAMES:
         directory = download(text, models_dir=models_dir, progress=progress)
         try:
-            checkpoint = load_dir(directory, cache_dir, use_cache, progress)
+            checkpoint = load_dir(directory, cache_dir, use_cache, verify=verify, progress=progress)
             return _model(checkpoint, dtype, fast, mmap)
         except CheckpointError as e:  # e.g. a CRC32C mismatch in a file whose size was right
             raise CheckpointError(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import numbers
 import os
@@ -11,6 +10,8 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 import numpy as np
+
+from .smallfiles import read_json_file
 
 __all__ = ["ACTIVATIONS", "HPARAMS", "MODEL_NAMES", "HParams"]
 
@@ -129,15 +130,15 @@ class HParams:
 
     @classmethod
     def from_json(cls, path: str | os.PathLike[str]) -> HParams:
-        """Read OpenAI's hparams.json; a ValueError/TypeError names the file."""
-        with open(path, encoding="utf-8") as f:
-            try:
-                return cls.from_dict(json.load(f))
-            except (ValueError, TypeError) as e:  # also JSONDecodeError, UnicodeDecodeError
-                error = ValueError if isinstance(e, ValueError) else TypeError
-                raise error(f"{os.fspath(path)}: {e}") from None
-            except RecursionError:  # JSON nested deeper than the parser's recursion limit
-                raise ValueError(f"{os.fspath(path)}: JSON nested too deeply") from None
+        """Read OpenAI's hparams.json (a regular file of at most 1 MiB); a ValueError (a
+        :class:`~gpt2np.CheckpointError` if the file cannot be read as JSON) or TypeError names
+        the file."""
+        data = read_json_file(path, max_bytes=1 << 20)
+        try:
+            return cls.from_dict(data)
+        except (ValueError, TypeError) as e:
+            error = ValueError if isinstance(e, ValueError) else TypeError
+            raise error(f"{os.fspath(path)}: {e}") from None
 
     def __repr__(self) -> str:
         fields = [f"{k}={v!r}" for k, v in self.to_dict().items()]

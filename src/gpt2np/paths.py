@@ -9,10 +9,25 @@ from __future__ import annotations
 import os
 import pathlib
 
-__all__ = ["home_dir"]
+__all__ = ["expand_user", "home_dir"]
 
 
 def home_dir() -> pathlib.Path:
     """``$GPT2NP_HOME`` (default ``~/.cache/gpt2np``, ``~`` expanded either way): downloads go
     into its ``models/``, the checkpoint conversion cache into its ``cache/``."""
-    return pathlib.Path(os.environ.get("GPT2NP_HOME") or "~/.cache/gpt2np").expanduser()
+    home = os.environ.get("GPT2NP_HOME") or "~/.cache/gpt2np"
+    return pathlib.Path(expand_user(home, "GPT2NP_HOME"))
+
+
+def expand_user(path: str, what: str) -> str:
+    """``path`` with a leading ``~`` or ``~user`` expanded; a ValueError naming ``what`` when it
+    cannot be (no such user, no home directory), rather than a directory literally named ``~x``
+    or pathlib's RuntimeError."""
+    if not path.startswith("~"):
+        return path
+    expanded = os.path.expanduser(path)
+    if expanded.startswith("~"):
+        user = path[1:].split("/", 1)[0].split(os.sep, 1)[0]
+        who = f"user {user!r}" if user else "the current user"
+        raise ValueError(f"{what} {path!r} starts with ~, but {who} has no home directory here")
+    return expanded

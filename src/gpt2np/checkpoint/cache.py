@@ -1,72 +1,64 @@
-"""The conversion cache: a TF checkpoint verified (and converted if need be) once, memory-mapped
-after.
+"""The verified cache: a TF checkpoint checked once, memory-mapped after.
 
-An entry is a directory ``<cache_dir>/tf-<key>/`` with an HF ``config.json`` and the weights in
-one of two forms (below). The key is a SHA-256 over
+The first load of a TF checkpoint checks every tensor's CRC-32C against its index and records
+what it checked in an *entry*, ``<cache_dir>/<key>.json`` (the key hashes where the checkpoint
+and its hparams.json are). Later loads memory-map the weights at the recorded offsets:
 
-* the ``.index`` file's bytes — it holds every tensor's dtype, shape, offset and CRC-32C, so any
-  change to the weights that TensorFlow wrote changes it;
-* each data shard's name, size and modification time (a shard edited in place, or truncated,
-  changes these even when the index is untouched);
-* ``hparams.json``'s bytes and the cache format version.
+* OpenAI's layout (every tensor float32, back to back, in one shard, as the model needs them)
+  is mapped **in place**, from the checkpoint's own data file: nothing is linked or copied,
+  and nothing the cache does can change the user's files.
+* Any other layout is converted once into ``<key>.<random>.safetensors`` beside the entry.
 
-An entry is built in a temporary directory next to it and renamed into place only when all its
-files are complete and every tensor's CRC-32C is verified, so an interrupted conversion never
-leaves an entry that looks finished.
+An entry holds the SHA-256 of the ``.index`` and the hyperparameters it was checked with; each
+data shard's path and *stamp* (device, inode, size, mtime_ns, ctime_ns); the mapped file's path
+and stamp; each tensor's offset, dtype, shape and CRC-32C there; and a SHA-256 of all that.
 
-OpenAI's releases store exactly the model's float32 tensors back to back in one data shard, and
-those bytes need no conversion at all (a conv1d weight [1, D, 3D] has the bytes of [D, 3D]). For
-such a checkpoint :func:`write_entry_from_layout` makes a *linked* entry: ``model.ckpt.data``, a
-hard link to the data shard (no byte copied, no second copy on disk; being the checkpoint's own
-file, it must not be edited in place), and ``tensors.json``, each tensor's shape and offset in
-it. Where a hard link cannot be made (another file system, a file owned by someone else) it
-writes ``model.safetensors`` instead: a header, then the data file by the kernel's copy,
-verified on the copy; such an entry is itself a directory HF can load. Any other layout is
-converted to ``model.safetensors`` by :func:`write_entry`.
+An entry is used only if its checksum holds, its tensors are exactly the model's (each inside
+the file, none overlapping), the index and hparams are unchanged and every stamp is the same.
+Otherwise it is discarded (with a warning if it was damaged, not merely outdated) and the
+checkpoint is verified again. A write to a file changes its ctime, which no call can set back
+(``touch -r`` sets mtime only); replacing it changes the inode. What a stamp cannot see: bytes
+changed beneath the file system (bit rot, a write to the device), and a second write within one
+tick of the file system's clock, which git calls "racy": an entry whose file changed less than
+``RACY_NS`` before it was verified is verified again on its next use. ``verify=True`` checks
+every tensor's CRC-32C on every load.
 """
 
 from __future__ import annotations
 
-import errno
-import functools
+import glob
 import hashlib
 import json
-import math
 import os
+import secrets
 import shutil
 import tempfile
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, warn
 from ..hparams import HParams
 from ..params import expected_shapes
 from ..paths import home_dir
 from ..progress import tqdm
-from .convert import hf_name, openai_name
-from .crc32c import crc32c, crc32c_combine
-from .protobuf import BundleEntry
-from .safetensors import header_bytes, read_safetensors_header, write_safetensors
-from .tf_bundle import DT_FLOAT, check_crc, data_path, read_tf_index
+from ..smallfiles import read_json_file
+from .convert import flat_from_openai, hf_name
+from .crc32c import crc32c
+from .safetensors import DTYPES, read_safetensors_header, write_safetensors
+from .tf_bundle import data_path, parse_tf_index, read_index_bytes, read_tf_checkpoint
+from .verify import file_crcs, in_place_layout, map_file, stamp, verify_in_place
 
-__all__ = [
-    "byte_copy_layout",
-    "cache_key",
-    "default_cache_dir",
-    "entry_dir",
-    "is_linked",
-    "read_linked_entry",
-    "write_entry",
-    "write_entry_from_layout",
-]
+__all__ = ["default_cache_dir", "entry_path", "load_cached"]
 
-FORMAT_VERSION = "gpt2np-tf-cache-1"
-LINKED_DATA, LINKED_INDEX = "model.ckpt.data", "tensors.json"
-_KINDS = (("model.safetensors", "config.json"), (LINKED_DATA, LINKED_INDEX, "config.json"))
+FORMAT = "gpt2np-cache-2"
+RACY_NS = 2 * 10**9  # coarser than any file system's timestamps (FAT's mtime: 2 s)
+MAX_ENTRY_BYTES = 16 << 20  # 1558M's entry is ~60 KB
+STALE_SECONDS = 24 * 3600  # leftovers of a killed process are removed after a day
+GRACE_SECONDS = 60  # a conversion just written may be about to be named by its entry
+_KEYS = {"format", "kind", "index_sha256", "hparams", "shards", "data", "racy", "tensors"}
+_SAFETENSORS_DTYPE = {np.dtype(v).str: k for k, v in DTYPES.items() if k in ("F16", "F32", "F64")}
 
 
 def default_cache_dir() -> str:
@@ -74,330 +66,334 @@ def default_cache_dir() -> str:
     return os.path.join(home_dir(), "cache")  # the same home as download's models/
 
 
-def cache_key(index_path: str, shard_paths: list[str], hparams_path: str) -> str:
-    """A hex digest that changes whenever the checkpoint or its hyperparameters change."""
-    h = hashlib.sha256(FORMAT_VERSION.encode())
-    for path in (index_path, hparams_path):
-        with open(path, "rb") as f:
-            h.update(hashlib.sha256(f.read()).digest())
-    for path in shard_paths:
-        st = os.stat(path)
-        h.update(f"{os.path.basename(path)}:{st.st_size}:{st.st_mtime_ns};".encode())
-    return h.hexdigest()
+def entry_path(cache_dir: str, prefix: str, hparams_path: str) -> str:
+    """The entry for the checkpoint ``prefix`` read with ``hparams_path``."""
+    where = f"{FORMAT}\0{os.path.abspath(prefix)}\0{os.path.abspath(hparams_path)}"
+    return os.path.join(cache_dir, hashlib.sha256(where.encode()).hexdigest()[:40] + ".json")
 
 
-def entry_dir(cache_dir: str, key: str) -> str | None:
-    """The finished entry for ``key``, or None."""
-    path = os.path.join(cache_dir, f"tf-{key[:40]}")
-    if any(all(os.path.isfile(os.path.join(path, f)) for f in files) for files in _KINDS):
-        return path
-    return None
+def load_cached(
+    prefix: str,
+    hparams: HParams,
+    hparams_path: str,
+    cache_dir: str,
+    verify: bool = False,
+    progress: bool = False,
+) -> dict[str, np.ndarray]:
+    """The flat params of the TF checkpoint ``prefix``: from its entry in ``cache_dir`` when
+    that entry holds (see the module docstring), else verified, recorded and returned.
 
-
-def is_linked(entry: str) -> bool:
-    """Whether the entry is the linked kind (else it holds model.safetensors)."""
-    return os.path.isfile(os.path.join(entry, LINKED_INDEX))
-
-
-def read_linked_entry(entry: str, hparams: HParams) -> dict[str, np.ndarray]:
-    """A linked entry's flat params, as read-only views of one memory map of its data file.
-
-    Raises CheckpointError for a damaged entry: an index that does not place every tensor of
-    the model inside the data file, or a data file of the wrong size.
+    ``verify`` checks every tensor's CRC-32C even when the entry holds; ``progress`` shows a
+    bar while CRC-32Cs are checked (nothing is checked when the entry holds). A cache that cannot be
+    written (read-only, full) warns and still returns the weights. Raises CheckpointError naming
+    the file (and tensor) for a checkpoint that does not verify.
     """
-    index_path = os.path.join(entry, LINKED_INDEX)
-    data_file = os.path.join(entry, LINKED_DATA)
-    try:
-        with open(index_path, encoding="utf-8") as f:
-            index = json.load(f)
-        tensors, size = index["tensors"], int(index["size"])
-        data = np.memmap(data_file, dtype=np.uint8, mode="r")
-    except (OSError, ValueError, TypeError, KeyError) as e:
-        raise CheckpointError(f"cannot read cache entry {entry}: {e}") from None
-    if data.size != size:
-        raise CheckpointError(f"{data_file} has {data.size} bytes, its index says {size}")
-    flat = {}
-    for name, shape in expected_shapes(hparams).items():
-        t = tensors.get(name) if isinstance(tensors, dict) else None
-        t = t if isinstance(t, dict) else {}
-        offset, nbytes = t.get("offset"), 4 * math.prod(shape)
-        placed = isinstance(offset, int) and 0 <= offset <= size - nbytes
-        if t.get("shape") != list(shape) or not placed:
-            raise CheckpointError(f"{index_path} does not place tensor {name} {list(shape)}")
-        flat[name] = data[offset : offset + nbytes].view("<f4").reshape(shape)  # float32, LE
+    index = prefix + ".index"
+    index_bytes = read_index_bytes(index)
+    index_sha = hashlib.sha256(index_bytes).hexdigest()
+    path = entry_path(cache_dir, prefix, hparams_path)
+    flat = _use_entry(path, prefix, index_sha, hparams, verify, progress)
+    if flat is not None:
+        return flat
+    header, entries = parse_tf_index(index_bytes, index)
+    shards = []
+    for i in range(header.num_shards):  # stop at the first missing one: the count may lie
+        shards.append(data_path(prefix, i, header.num_shards))
+        if not os.path.isfile(shards[-1]):
+            raise CheckpointError(f"missing data file {shards[-1]}")
+    body: dict[str, Any] = {"format": FORMAT, "index_sha256": index_sha,
+                            "hparams": hparams.to_dict()}  # fmt: skip
+    layout = in_place_layout(header, entries, shards, hparams)
+    mapped = None
+    if layout is not None:
+        with _bar(sum(e.size for _, _, e in layout), progress) as bar:
+            mapped = verify_in_place(shards[0], layout, bar.update)
+    if layout is not None and mapped[0] is not None:  # OpenAI's layout, checked, mapped in place
+        flat, data_stamp, crcs = mapped
+        data = [os.path.abspath(shards[0]), data_stamp]
+        tensors = {f: [e.offset, "<f4", list(flat[f].shape), crc]
+                   for (_, f, e), crc in zip(layout, crcs)}  # fmt: skip
+        body.update(kind="in-place", shards=[data], data=data, tensors=tensors)
+        _write(path, body, None)
+        return flat
+    before = [stamp(os.stat(s)) for s in shards]
+    tensors = read_tf_checkpoint(prefix, index=(header, entries), progress=progress)  # CRCs too
+    flat = flat_from_openai(tensors, hparams, f"checkpoint {prefix}")
+    if [stamp(os.stat(s)) for s in shards] != before:
+        raise CheckpointError(f"checkpoint {prefix} changed while it was read; load it again")
+    body.update(kind="converted", shards=[[os.path.abspath(s), b] for s, b in zip(shards, before)])
+    _write(path, body, flat)
     return flat
 
 
-def write_entry(
-    cache_dir: str,
-    key: str,
-    tensors: dict[str, np.ndarray],
-    config: dict[str, Any],
-    metadata: dict[str, str],
-) -> str:
-    """Write an entry atomically and return its directory."""
-
-    def write(directory: str) -> None:
-        write_safetensors(os.path.join(directory, "model.safetensors"), tensors, metadata)
-
-    return _write_atomically(cache_dir, key, write, config)
+class _Outdated(Exception):
+    """The entry describes another state of the checkpoint: replace it, no warning needed."""
 
 
-Layout = list[tuple[str, str, BundleEntry]]  # (OpenAI name, flat name, entry) in file order
-
-
-def byte_copy_layout(prefix: str, hparams: HParams) -> Layout | None:
-    """The tensors in file order when the checkpoint is exactly the model's float32 tensors, back
-    to back in one little-endian shard with the shapes ``hparams`` needs; else None (then the
-    general path converts it, and reports whatever is wrong)."""
-    header, entries = read_tf_index(prefix)
-    if hparams.n_layer > len(entries):  # a lying n_layer: the general path says what is wrong
+def _use_entry(
+    path: str, prefix: str, index_sha: str, hparams: HParams, verify: bool, progress: bool
+) -> dict[str, np.ndarray] | None:
+    """The entry's memory-mapped flat params, or None (after discarding an entry that is
+    outdated or damaged)."""
+    if not os.path.lexists(path):
         return None
-    wanted = {openai_name(flat): (flat, shape) for flat, shape in expected_shapes(hparams).items()}
-    if header.num_shards != 1 or header.endianness != 0 or set(entries) != set(wanted):
-        return None
-    layout, offset = [], 0
-    for name, entry in sorted(entries.items(), key=lambda item: item[1].offset):
-        flat, shape = wanted[name]
-        stored = (1, *shape) if flat.endswith(".w") else shape  # conv1d weights: [1, n_in, n_out]
-        if (
-            entry.dtype != DT_FLOAT
-            or entry.shard_id != 0  # what the general path refuses, this one must not accept
-            or entry.unknown_rank
-            or entry.has_slices
-            or entry.crc32c is None
-            or tuple(entry.shape) != stored
-            or entry.offset != offset
-            or entry.size != 4 * int(np.prod(shape))
-        ):
-            return None
-        layout.append((name, flat, entry))
-        offset += entry.size
-    data = data_path(prefix, 0, 1)
-    if not os.path.isfile(data) or os.path.getsize(data) != offset:
-        return None
-    return layout
-
-
-def write_entry_from_layout(
-    cache_dir: str,
-    key: str,
-    prefix: str,
-    layout: Layout,
-    config: dict[str, Any],
-    metadata: dict[str, str],
-    progress: bool = False,
-) -> str:
-    """Write an entry for a checkpoint in OpenAI's layout (see :func:`byte_copy_layout`): a
-    linked one where a hard link to the data file can be made, else a byte copy (see the module
-    docstring). Every tensor's CRC-32C is verified on the entry's own data file before the
-    entry is renamed into place (``progress``: a bar over the bytes verified). Returns the
-    entry's directory."""
-    source = data_path(prefix, 0, 1)
-
-    def write(directory: str) -> None:
-        linked = os.path.join(directory, LINKED_DATA)
-        try:  # the file itself: a hard link to a (relative) symlink could dangle in the cache
-            os.link(os.path.realpath(source), linked)
-        except OSError:  # another file system, no hard links there, or not our file to link
-            model = os.path.join(directory, "model.safetensors")
-            _write_copy(model, source, layout, metadata, progress)
-            return
-        # The link is the checkpoint's own file: make sure its bytes are on disk (a download
-        # just written may not be) while the CRCs are checked, then write the index.
-        _verify_while_syncing(linked, 0, layout, source, lambda: _fsync_path(linked), progress)
-        index = {
-            "format": FORMAT_VERSION,
-            "metadata": metadata,
-            "size": os.path.getsize(linked),
-            "tensors": {
-                flat: {"shape": _shape(flat, entry), "offset": entry.offset}
-                for _, flat, entry in layout
-            },
-        }
-        with open(os.path.join(directory, LINKED_INDEX), "w", encoding="utf-8") as f:
-            json.dump(index, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-
-    return _write_atomically(cache_dir, key, write, config)
-
-
-def _shape(flat: str, entry: BundleEntry) -> list[int]:
-    """The model's shape of a tensor stored in OpenAI's layout (conv1d weights lose the 1)."""
-    return list(entry.shape[1:]) if flat.endswith(".w") else list(entry.shape)
-
-
-def _fsync_path(path: str) -> None:
-    """fsync a file we may only read (POSIX flushes the file, whichever way it was opened)."""
-    fd = os.open(path, os.O_RDONLY)
+    body = None
     try:
-        os.fsync(fd)
-    except OSError as e:  # Windows cannot flush a read-only handle; the data is the source's
-        if e.errno not in (errno.EBADF, errno.EINVAL):
-            raise
+        try:
+            raw = read_json_file(path, MAX_ENTRY_BYTES, max_depth=8)
+        except CheckpointError as e:  # not JSON, too big, too deep, not a regular file
+            raise _Damaged(str(e)) from None
+        body = _body(raw, path)
+        _names_its_files(body, path, prefix)
+        if body["index_sha256"] != index_sha or body["hparams"] != hparams.to_dict():
+            raise _Outdated
+        for shard, shard_stamp in body["shards"]:
+            if not os.path.exists(shard) or stamp(os.stat(shard)) != shard_stamp:
+                raise _Outdated
+        spans = _spans(body, hparams, path)
+        flat = _map(body, spans)
+        if verify or body["racy"]:
+            _check_crcs(body, spans, progress)
+            if body["racy"] and not _racy(body["data"][1]):
+                _write(path, body, None)  # verified again long enough after the last change
+    except _Outdated:
+        _discard(path, body)
+        return None
+    except (_Damaged, OSError, ValueError) as e:  # a file vanished; a path with a NUL
+        warn(f"discarding a damaged cache entry: {e}")
+        _discard(path, body)
+        return None
+    return flat
+
+
+class _Damaged(Exception):
+    pass
+
+
+def _body(raw: Any, path: str) -> dict[str, Any]:
+    """The entry's body, once its checksum and the types of its fields are right."""
+    if not (isinstance(raw, dict) and set(raw) == {"body", "sha256"}):
+        raise _Damaged(f"{path} is not a cache entry")
+    body = raw["body"]
+    if not isinstance(raw["sha256"], str) or _digest(body) != raw["sha256"]:
+        raise _Damaged(f"{path} does not match its checksum")
+    if not (isinstance(body, dict) and set(body) == _KEYS and body["format"] == FORMAT):
+        raise _Damaged(f"{path} is not an entry of format {FORMAT}")
+    files = [*body["shards"], body["data"]] if isinstance(body["shards"], list) else []
+    if not (
+        body["kind"] in ("in-place", "converted")
+        and files[:-1]
+        and all(isinstance(f, list) and len(f) == 2 and isinstance(f[0], str) for f in files)
+        and all(isinstance(f[1], list) and len(f[1]) == 5 for f in files)
+        and all(_is_uint(x) for f in files for x in f[1])
+        and isinstance(body["racy"], bool)
+        and isinstance(body["tensors"], dict)
+    ):
+        raise _Damaged(f"{path} has fields of the wrong kind")
+    return body
+
+
+def _names_its_files(body: dict[str, Any], path: str, prefix: str) -> None:
+    """The entry may map only this checkpoint's own data shard (in place) or a conversion of
+    its own in the cache, never some other file a damaged entry names."""
+    shard_name = os.path.abspath(prefix) + ".data-"
+    if body["kind"] == "in-place":
+        mine = len(body["shards"]) == 1 and body["data"] == body["shards"][0]
+    else:
+        mine = body["data"][0] in _converted_files(path)
+    if not (mine and all(s.startswith(shard_name) for s, _ in body["shards"])):
+        raise _Damaged(f"{path} names files that are not its checkpoint's")
+
+
+def _spans(body: dict[str, Any], hparams: HParams, path: str) -> dict[str, tuple]:
+    """{flat name: (offset, dtype, shape)} once every tensor of the model is there exactly once,
+    with its shape, inside the data file and overlapping none of the others."""
+    tensors, shapes = body["tensors"], None
+    if len(tensors) == 12 * hparams.n_layer + 4:  # before listing n_layer blocks' shapes
+        shapes = expected_shapes(hparams)
+    if shapes is None or set(tensors) != set(shapes):
+        raise _Damaged(f"{path} does not list the model's tensors")
+    dtypes = ("<f4",) if body["kind"] == "in-place" else tuple(_SAFETENSORS_DTYPE)
+    spans, ends = {}, []
+    for name, shape in shapes.items():
+        t = tensors[name]
+        if not (isinstance(t, list) and len(t) == 4 and _is_uint(t[0]) and t[1] in dtypes
+                and t[2] == list(shape) and _is_uint(t[3]) and t[3] <= 0xFFFFFFFF):  # fmt: skip
+            raise _Damaged(f"{path} does not place tensor {name} {list(shape)}")
+        spans[name] = (t[0], t[1], shape)
+        ends.append((t[0], t[0] + np.dtype(t[1]).itemsize * int(np.prod(shape)), name))
+    covered, size = 0, body["data"][1][2]
+    for begin, end, name in sorted(ends):
+        if begin < covered or end > size:
+            raise _Damaged(f"{path} places tensor {name} over another or past the file's end")
+        covered = end
+    return spans
+
+
+def _map(body: dict[str, Any], spans: dict[str, tuple]) -> dict[str, np.ndarray]:
+    """The entry's data file mapped, once it is the file that was checked."""
+    data, data_stamp = body["data"]
+    try:
+        fd = os.open(data, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    except OSError as e:
+        if body["kind"] == "in-place":
+            raise _Outdated from None
+        raise _Damaged(f"cannot open {data}: {e.strerror}") from None
+    try:
+        if stamp(os.fstat(fd)) != data_stamp:  # replaced or written since it was checked
+            if body["kind"] == "in-place":
+                raise _Outdated
+            raise _Damaged(f"{data} was changed after it was verified")
+        try:
+            return map_file(fd, spans)
+        except (OSError, ValueError) as e:  # a file system that cannot map files
+            raise _Damaged(f"cannot map {data}: {e}") from None
     finally:
         os.close(fd)
 
 
-def _write_copy(
-    path: str, source: str, layout: Layout, metadata: dict[str, str], progress: bool
-) -> None:
-    """model.safetensors at ``path``: a header, then a byte copy of ``source``, verified."""
-    header: dict[str, Any] = {"__metadata__": metadata}
-    for _, flat, entry in layout:
-        header[hf_name(flat)] = {
-            "dtype": "F32",
-            "shape": _shape(flat, entry),
-            "data_offsets": [entry.offset, entry.offset + entry.size],
-        }
-    with open(path, "wb") as out, open(source, "rb") as src:
-        out.write(header_bytes(header))
-        out.flush()
-        _copy_file(src, out, os.fstat(src.fileno()).st_size)
-        out.flush()
-        start = read_safetensors_header(path)[1]
-        sync = functools.partial(os.fsync, out.fileno())
-        _verify_while_syncing(path, start, layout, source, sync, progress)
-
-
-def _verify_while_syncing(
-    path: str,
-    start: int,
-    layout: Layout,
-    source: str,
-    sync: Callable[[], None],
-    progress: bool = False,
-) -> None:
-    """Check every tensor's CRC-32C in ``path`` (data from byte ``start``) while ``sync``
-    flushes it to disk, side by side: the flush waits on I/O, the CRCs on the CPU. A mismatch
-    is a CheckpointError naming the tensor and the checkpoint file ``source``."""
-    with ThreadPoolExecutor(1) as flusher:
-        synced = flusher.submit(sync)
-        crcs = _tensor_crcs(path, start, layout, progress=progress)
-        synced.result()
-    for name, _, entry, actual in crcs:
-        check_crc(entry, actual, name, source)
-
-
-def _tensor_crcs(
-    path: str, start: int, layout: Layout, piece: int = 16 << 20, progress: bool = False
-) -> list[tuple[str, str, BundleEntry, int]]:
-    """Each tensor's CRC-32C as it lies in the entry's data file ``path`` (the link, or the copy
-    whose data section starts at byte ``start``).
-
-    Tensors are cut into pieces of at most ``piece`` bytes, which two threads check in turn
-    (NumPy releases the GIL), each reading through a reused buffer: faster than the first
-    touches of a fresh memory map, and memory stays at two pieces. Even pieces keep both threads
-    busy to the end (the last tensor, wte, is a third of the file), and a tensor's CRC is
-    recombined from its pieces' with :func:`crc32c_combine`.
-    """
-    local = threading.local()
-    opened: list[Any] = []
-    pieces = [
-        (i, lo, min(piece, entry.size - lo))
-        for i, (_, _, entry) in enumerate(layout)
-        for lo in range(0, entry.size, piece)
-    ]
-
-    def crc_of(item: tuple[int, int, int]) -> int:
-        i, lo, size = item
-        name, _, entry = layout[i]
-        if not hasattr(local, "file"):  # one file and one buffer per thread (portable reads)
-            local.file = open(path, "rb", buffering=0)  # closed in the finally below
-            opened.append(local.file)
-            local.buffer = np.empty(piece, dtype=np.uint8)
-        local.file.seek(start + entry.offset + lo)
-        done = 0
-        while done < size:
-            n = local.file.readinto(memoryview(local.buffer)[done:size])
-            if not n:
-                raise CheckpointError(f"{path} ended early while verifying tensor {name}")
-            done += n
-        return crc32c(local.buffer[:size])
-
-    total = sum(size for _, _, size in pieces)
-    bar = tqdm(total=total, desc="verifying checkpoint", unit="B", unit_scale=True,
-               unit_divisor=1024, disable=not progress)  # fmt: skip
-    piece_crcs = []
+def _check_crcs(body: dict[str, Any], spans: dict[str, tuple], progress: bool) -> None:
+    data, data_stamp = body["data"]
+    sizes = [(o, np.dtype(d).itemsize * int(np.prod(s))) for o, d, s in spans.values()]
     try:
-        with bar, ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
-            for (_, _, size), crc in zip(pieces, pool.map(crc_of, pieces)):
-                piece_crcs.append(crc)
-                bar.update(size)
-    finally:
-        for f in opened:
-            f.close()
-    crcs = [0] * len(layout)  # an empty tensor has no pieces, and crc32c(b"") == 0
-    for (i, lo, size), crc in zip(pieces, piece_crcs):
-        crcs[i] = crc if lo == 0 else crc32c_combine(crcs[i], crc, size)
-    return [(name, flat, entry, crc) for (name, flat, entry), crc in zip(layout, crcs)]
+        with _bar(sum(size for _, size in sizes), progress) as bar:
+            crcs = file_crcs(data, sizes, data_stamp, update=bar.update)
+    except CheckpointError as e:  # replaced or truncated since its stamp was compared
+        if body["kind"] == "in-place":
+            raise _Outdated from None
+        raise _Damaged(str(e)) from None
+    for name, actual in zip(spans, crcs):
+        if actual != body["tensors"][name][3]:
+            if body["kind"] == "in-place":  # verifying against the index again tells whether
+                raise _Outdated  # the checkpoint or the entry is wrong, and names the tensor
+            raise _Damaged(f"checksum mismatch for tensor {name} in {data}")
 
 
-def _copy_file(src: Any, out: Any, size: int) -> None:
-    """Append ``size`` bytes of ``src`` (from its start) to ``out``, in the kernel where it can."""
-    start, copied = out.tell(), 0
+def _bar(total: int, progress: bool) -> Any:
+    """A bar over the bytes whose CRC-32Cs are checked (tqdm.auto; hidden unless progress)."""
+    return tqdm(total=total, desc="verifying checkpoint", unit="B", unit_scale=True,
+                unit_divisor=1024, disable=not progress)  # fmt: skip
+
+
+def _digest(body: Any) -> str:
     try:
-        while copied < size:  # advances both files' offsets
-            n = os.copy_file_range(src.fileno(), out.fileno(), size - copied)
-            if n == 0:  # the end, or a file system that copies nothing this way (as procfs and
-                break  # some FUSE ones do): the plain copy below tells which
-            copied += n
-    except (AttributeError, OSError):  # no copy_file_range here (OS, kernel or file system)
+        text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError):  # a float of 1e400 is inf, which JSON cannot hold
+        return ""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _racy(data_stamp: list[int]) -> bool:
+    """Whether the file changed so recently that another write could leave the same stamp."""
+    return max(data_stamp[3], data_stamp[4]) > time.time_ns() - RACY_NS
+
+
+def _is_uint(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _converted_files(path: str) -> list[str]:
+    return glob.glob(glob.escape(path[: -len(".json")]) + ".*.safetensors")
+
+
+def _discard(path: str, body: dict[str, Any] | None = None) -> None:
+    """Remove an entry and the file it converted to (a process that mapped it keeps its pages)."""
+    converted = body["data"][0] if body and body.get("kind") == "converted" else None
+    for f in (path, converted):
+        if f is not None and (f == path or f in _converted_files(path)):
+            _unlink(f)
+    _remove_converted(path, keep=None)
+
+
+def _remove_converted(path: str, keep: str | None) -> None:
+    """Remove the entry's converted files but ``keep``, except any written in the last minute:
+    another process converting the same checkpoint may be about to name it in the entry."""
+    for f in _converted_files(path):
+        try:
+            if f != keep and time.time() - os.stat(f).st_mtime > GRACE_SECONDS:
+                os.unlink(f)
+        except OSError:
+            pass
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
         pass
-    if copied < size:
-        src.seek(copied)
-        out.seek(start + copied)
-        shutil.copyfileobj(src, out, 16 << 20)
-        out.flush()
-    if os.fstat(out.fileno()).st_size != start + size:
-        raise CheckpointError(f"{src.name} changed while it was copied into the cache")
 
 
-STALE_TMP_SECONDS = 24 * 3600
+def _write(path: str, body: dict[str, Any], flat: dict[str, np.ndarray] | None) -> None:
+    """Write the entry ``path`` (and the converted file of ``flat``, if given) atomically: each
+    file under a temporary name, renamed when complete. Warns instead of raising when the cache
+    cannot be written: the weights are verified and the load goes on."""
+    cache_dir = os.path.dirname(path)
+    new = None
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+        _tidy(cache_dir)
+        if flat is not None:
+            new = f"{path[: -len('.json')]}.{secrets.token_hex(4)}.safetensors"
+            _write_converted(new, flat, body)
+        body["racy"] = _racy(body["data"][1])
+        _write_json(path, {"body": body, "sha256": _digest(body)})
+    except BaseException as e:
+        if new is not None and os.path.exists(new):
+            os.unlink(new)
+        if not isinstance(e, OSError):
+            raise
+        warn(f"could not write the conversion cache in {cache_dir}: {e}")
+        return
+    _remove_converted(path, keep=body["data"][0])  # earlier conversions of this checkpoint
 
 
-def _remove_abandoned(cache_dir: str) -> None:
-    """Remove temporary entries untouched for a day: left by a process that was killed (no
-    ``except`` runs on SIGKILL or power loss), each as large as the model. A live conversion
-    writes its files every few seconds, so it is never this old."""
+def _write_converted(path: str, flat: dict[str, np.ndarray], body: dict[str, Any]) -> None:
+    """The flat params as a safetensors file (HF's names), recorded in ``body``."""
+    write_safetensors(path, {hf_name(f): a for f, a in flat.items()}, {"format": "pt"})
+    header, start, _ = read_safetensors_header(path)
+    tensors = {}
+    for name, a in flat.items():
+        a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
+        begin = header[hf_name(name)]["data_offsets"][0]
+        tensors[name] = [start + begin, a.dtype.str, list(a.shape), crc32c(a)]
+    body.update(data=[os.path.abspath(path), stamp(os.stat(path))], tensors=tensors)
+
+
+def _write_json(path: str, value: Any) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
+                               dir=os.path.dirname(path))  # fmt: skip
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(value, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _tidy(cache_dir: str) -> None:
+    """Remove what earlier versions and killed processes left: the directories of the old
+    format (hard links to checkpoints, or copies of them), temporary files untouched for a day,
+    and conversions whose entry is gone or whose checkpoint no longer exists."""
     now = time.time()
     for name in os.listdir(cache_dir):
         path = os.path.join(cache_dir, name)
-        if not (name.startswith("tf-") and name.endswith(".tmp")):
-            continue
         try:
-            paths = [path] + [os.path.join(path, f) for f in os.listdir(path)]
-            newest = max(os.stat(p).st_mtime for p in paths)
-        except OSError:  # gone already (renamed or removed by its owner)
+            old = now - os.lstat(path).st_mtime > STALE_SECONDS
+            if name.startswith("tf-") and os.path.isdir(path):  # gpt2np-tf-cache-1 entries
+                if not name.endswith(".tmp") or old:
+                    shutil.rmtree(path, ignore_errors=True)
+            elif name.endswith(".tmp") and old:
+                os.unlink(path)
+            elif name.endswith(".json") and _converted_files(path):
+                body = read_json_file(path, MAX_ENTRY_BYTES, max_depth=8)["body"]
+                if not any(os.path.exists(shard) for shard, _ in body["shards"]):
+                    _discard(path, body)  # the checkpoint it converted is gone
+                else:
+                    _remove_converted(path, keep=body["data"][0])
+        except (OSError, CheckpointError, LookupError, TypeError, ValueError):
+            # gone already (renamed or removed by its owner), or not an entry to judge here
             continue
-        if now - newest > STALE_TMP_SECONDS:
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _write_atomically(cache_dir: str, key: str, write: Any, config: dict[str, Any]) -> str:
-    """Build an entry in a temporary directory with ``write(directory)`` and the config, then
-    rename it into place; return the entry's directory."""
-    final = os.path.join(cache_dir, f"tf-{key[:40]}")
-    os.makedirs(cache_dir, exist_ok=True)
-    _remove_abandoned(cache_dir)
-    tmp = tempfile.mkdtemp(prefix=f"tf-{key[:40]}.", suffix=".tmp", dir=cache_dir)
-    try:
-        write(tmp)
-        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
-            json.dump(config, f, indent=2)
-        if os.path.isdir(final):  # a stale half-entry, or another process just finished one
-            if entry_dir(cache_dir, key):
-                shutil.rmtree(tmp)
-                return final
-            shutil.rmtree(final)
-        try:
-            os.rename(tmp, final)
-        except OSError:  # another process renamed its entry into place since the check above
-            if not entry_dir(cache_dir, key):
-                raise
-            shutil.rmtree(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return final

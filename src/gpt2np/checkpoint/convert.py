@@ -135,12 +135,23 @@ def check_layer_count(n_tensors: int, hparams: HParams, source: str) -> None:
 def flat_from_openai(
     tensors: dict[str, np.ndarray], hparams: HParams, source: str
 ) -> dict[str, np.ndarray]:
-    """OpenAI's ``model/...`` tensors -> flat params, every shape checked against ``hparams``."""
+    """OpenAI's ``model/...`` tensors -> flat params, every shape checked against ``hparams``.
+
+    The checkpoint must hold exactly the model's tensors: an hparams.json with fewer layers than
+    the checkpoint would otherwise load a smaller model silently."""
     check_layer_count(len(tensors), hparams, source)
-    return {
-        flat: _take(tensors, openai_name(flat), shape, source, squeeze=True)
-        for flat, shape in expected_shapes(hparams).items()
+    flat = {
+        f: _take(tensors, openai_name(f), shape, source, squeeze=True)
+        for f, shape in expected_shapes(hparams).items()
     }
+    extra = sorted(set(tensors) - {openai_name(f) for f in flat})
+    if extra:
+        raise CheckpointError(
+            f"{source} has tensors that a GPT-2 with n_layer={hparams.n_layer} does not: "
+            f"{', '.join(extra[:5])}{' …' if len(extra) > 5 else ''} (do the hyperparameters "
+            "match the checkpoint?)"
+        )
+    return flat
 
 
 def flat_from_hf(

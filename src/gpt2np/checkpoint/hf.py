@@ -9,7 +9,6 @@ so the files of one snapshot may come from two caches (gpt2np's and huggingface_
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from typing import Any, Optional
@@ -18,6 +17,7 @@ import numpy as np
 
 from ..errors import CheckpointError
 from ..hparams import HParams
+from ..smallfiles import read_json_file
 from .convert import flat_from_hf, hparams_from_hf_config
 from .safetensors import read_safetensors
 
@@ -29,14 +29,9 @@ GENERATION_KEYS = ("eos_token_id", "max_length", "max_new_tokens")
 
 
 def read_json(path: str) -> Any:
-    """The JSON in ``path``; a CheckpointError naming it if it is missing or unreadable."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise CheckpointError(f"missing {path}") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise CheckpointError(f"cannot read {path}: {e}") from None
+    """The JSON in ``path`` (a regular file, at most 16 MiB, nested at most 32 deep); a
+    CheckpointError naming it if it is missing, unreadable or out of those bounds."""
+    return read_json_file(path)
 
 
 def shard_names(index_path: str) -> list[str]:

@@ -7,8 +7,8 @@ a :class:`~gpt2np.GPT2` of it.
 Accepted inputs:
 
 * OpenAI's release directory (``checkpoint``, ``hparams.json``, ``model.ckpt.index``,
-  ``model.ckpt.data-*``, ``encoder.json``, ``vocab.bpe``). The first load converts it into the
-  cache (:mod:`.cache`); later loads memory-map the cached safetensors without copying.
+  ``model.ckpt.data-*``, ``encoder.json``, ``vocab.bpe``). The first load verifies it and
+  records it in the cache (:mod:`.cache`); later loads memory-map its weights.
 * HF's layout: ``config.json`` + ``model.safetensors`` (or ``model.safetensors.index.json`` and
   its shards), or the path of a ``.safetensors`` file with ``config.json`` beside it.
 
@@ -22,21 +22,22 @@ import dataclasses
 import json
 import os
 import re
+import secrets
 import shutil
 from collections.abc import Mapping
 from typing import Any, Optional
 
-import numpy as np
-
-from ..errors import CheckpointError, warn
+from ..errors import CheckpointError
 from ..hparams import HParams
 from ..params import Params, flatten, unflatten
+from ..paths import expand_user
 from ..progress import show_progress
+from ..smallfiles import read_small_file
 from . import cache
 from .convert import flat_from_openai, hf_config, hf_from_flat
-from .hf import read_files, read_hf_flat, read_json, vocabulary_files
-from .safetensors import write_safetensors
-from .tf_bundle import data_path, read_tf_checkpoint, read_tf_index
+from .hf import read_files, read_json, vocabulary_files
+from .safetensors import read_safetensors, write_safetensors
+from .tf_bundle import read_tf_checkpoint
 
 __all__ = ["Checkpoint", "load_dir", "load_files", "save_dir"]
 
@@ -77,32 +78,34 @@ def load_dir(
     path: str | os.PathLike[str],
     cache_dir: str | os.PathLike[str] | None = None,
     use_cache: bool = True,
+    verify: bool = False,
     progress: bool | None = None,
 ) -> Checkpoint:
     """Read GPT-2 from an OpenAI release directory, an HF directory, or a .safetensors file.
 
-    The weights come as stored (float32 for OpenAI's releases). A TF checkpoint is verified and
-    recorded in ``cache_dir`` (default ``$GPT2NP_HOME/cache``) on first load unless
-    ``use_cache=False``:
-    OpenAI's layout by a hard link to its data file, anything else converted to safetensors
-    (see :mod:`gpt2np.checkpoint.cache`); later loads memory-map the entry. ``progress``
-    (:mod:`gpt2np.progress`: None shows it on a terminal or in a notebook) shows a bar while
-    that first load verifies the checkpoint.
+    The weights come as stored (float32 for OpenAI's releases). A TF checkpoint's tensors are
+    checked against their CRC-32Cs on first load and recorded in ``cache_dir`` (default
+    ``$GPT2NP_HOME/cache``) unless ``use_cache=False``; later loads memory-map the weights
+    (OpenAI's layout in place, others from a safetensors conversion; see
+    :mod:`gpt2np.checkpoint.cache`). ``verify=True`` checks every CRC-32C on every load
+    (safetensors files carry no checksums). The hparams must name exactly the checkpoint's
+    tensors, no more and no fewer. ``progress`` (:mod:`gpt2np.progress`: None shows it on a
+    terminal or in a notebook) shows a bar while a TF checkpoint's CRC-32Cs are checked.
     Raises :class:`~gpt2np.CheckpointError` naming the file (and tensor) for bad input.
     """
-    path = os.path.expanduser(os.fspath(path))
+    path = expand_user(os.fspath(path), "path")
     if cache_dir is not None:
-        cache_dir = os.path.expanduser(os.fspath(cache_dir))
+        cache_dir = expand_user(os.fspath(cache_dir), "cache_dir")
     progress = show_progress(progress)
     if os.path.isfile(path):
-        return _load_file(path, cache_dir, use_cache, progress)
+        return _load_file(path, cache_dir, use_cache, verify, progress)
     if not os.path.isdir(path):
         raise CheckpointError(f"no such checkpoint directory or file: {path}")
     names = set(os.listdir(path))
     if not names:
         raise CheckpointError(f"checkpoint directory {path} is empty")
     if "checkpoint" in names or any(n.endswith(".index") for n in names):
-        return _load_tf(path, cache_dir, use_cache, progress)
+        return _load_tf_prefix(path, find_prefix(path), cache_dir, use_cache, verify, progress)
     if "model.safetensors" in names or "model.safetensors.index.json" in names:
         return _load_hf(path)
     pickles = sorted(n for n in names if _PICKLE_NAMES.match(n))
@@ -114,13 +117,14 @@ def load_dir(
     )
 
 
-def _load_file(path: str, cache_dir: Any, use_cache: bool, progress: bool) -> Checkpoint:
+def _load_file(
+    path: str, cache_dir: Any, use_cache: bool, verify: bool, progress: bool
+) -> Checkpoint:
     if path.endswith(".safetensors"):
         return _load_hf(os.path.dirname(path) or ".", weights=path)
     if path.endswith(".index"):
-        prefix = path[: -len(".index")]
-        directory = os.path.dirname(path) or "."
-        return _load_tf_prefix(directory, prefix, cache_dir, use_cache, progress)
+        directory, prefix = os.path.dirname(path) or ".", path[: -len(".index")]
+        return _load_tf_prefix(directory, prefix, cache_dir, use_cache, verify, progress)
     if _PICKLE_NAMES.match(os.path.basename(path)):
         raise _refuse_pickle(path)
     raise CheckpointError(f"{path}: not a checkpoint gpt2np reads (.safetensors or TF .index)")
@@ -130,23 +134,32 @@ def _load_file(path: str, cache_dir: Any, use_cache: bool, progress: bool) -> Ch
 
 
 def find_prefix(directory: str) -> str:
-    """The checkpoint prefix named by the directory's ``checkpoint`` file (or its only .index)."""
+    """The checkpoint prefix named by the directory's ``checkpoint`` file (or its only .index).
+
+    The prefix must lie inside ``directory``: the files of a release travel together, and an
+    absolute path or a ``../`` written on another machine (or in another copy) must not make a
+    directory's hparams load some other directory's weights.
+    """
     state = os.path.join(directory, "checkpoint")
-    if os.path.isfile(state):
-        with open(state, encoding="utf-8", errors="replace") as f:
-            m = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', f.read(), re.M)
+    if os.path.lexists(state):
+        text = read_small_file(state, 1 << 20).decode("utf-8", errors="replace")
+        m = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', text, re.M)
         if not m:
             raise CheckpointError(f"{state} names no model_checkpoint_path")
         named = m.group(1)
-        # Files of a release travel together: prefer the prefix inside this directory, since an
-        # absolute path written on another machine (or another copy) must not be followed. Then
-        # the path as TensorFlow means it: relative to this directory (not to the working one).
-        for prefix in (
-            os.path.join(directory, os.path.basename(named)),
-            os.path.join(directory, named),
-        ):
-            if os.path.isfile(prefix + ".index"):
-                return prefix
+        # First the name inside this directory (a path written on another machine keeps its
+        # last part), then the path as TensorFlow means it: relative to this directory, not to
+        # the working one, if that stays inside it.
+        here = os.path.abspath(directory)
+        for prefix in (os.path.basename(named), named):
+            target = os.path.normpath(os.path.join(here, prefix))  # what is checked is opened
+            if _inside(here, target) and os.path.isfile(target + ".index"):
+                return target
+        if not _inside(here, named):
+            raise CheckpointError(
+                f"{state} names {named}, outside {directory}, and {os.path.basename(named)}"
+                ".index is not in it: gpt2np reads only a checkpoint inside its directory"
+            )
         raise CheckpointError(f"{state} names {named}, but {named}.index is not in {directory}")
     indexes = sorted(n for n in os.listdir(directory) if n.endswith(".index"))
     if len(indexes) != 1:
@@ -154,69 +167,29 @@ def find_prefix(directory: str) -> str:
     return os.path.join(directory, indexes[0][: -len(".index")])
 
 
-def _load_tf(directory: str, cache_dir: Any, use_cache: bool, progress: bool) -> Checkpoint:
-    return _load_tf_prefix(directory, find_prefix(directory), cache_dir, use_cache, progress)
+def _inside(directory: str, path: str) -> bool:
+    """Whether ``path`` (relative to the absolute ``directory``, or absolute) names something in
+    ``directory``, by its spelling: no ``..`` or absolute path leads out."""
+    target = os.path.normpath(os.path.join(directory, path))  # "sub/.." is "", not sub's parent
+    try:
+        return os.path.commonpath([directory, target]) == directory and target != directory
+    except ValueError:  # another drive (Windows)
+        return False
 
 
 def _load_tf_prefix(
-    directory: str, prefix: str, cache_dir: Any, use_cache: bool, progress: bool
+    directory: str, prefix: str, cache_dir: Any, use_cache: bool, verify: bool, progress: bool
 ) -> Checkpoint:
     hparams_path = os.path.join(directory, "hparams.json")
     hparams = _hparams(hparams_path)
     vocabulary = _vocabulary(directory, "encoder.json", "vocab.bpe")
-    write_cache = use_cache
     if use_cache:
-        header, _ = read_tf_index(prefix)
-        shards = []
-        for i in range(header.num_shards):  # stop at the first missing one: the count may lie
-            shards.append(data_path(prefix, i, header.num_shards))
-            if not os.path.isfile(shards[-1]):
-                raise CheckpointError(f"missing data file {shards[-1]}")
         root = os.fspath(cache_dir) if cache_dir is not None else cache.default_cache_dir()
-        key = cache.cache_key(prefix + ".index", shards, hparams_path)
-        meta = {"format": "pt", "source": os.path.abspath(prefix), "gpt2np_key": key}
-        flat = _read_cache_entry(root, key, hparams)
-        if flat is not None:
-            return Checkpoint(hparams, unflatten(flat, hparams), vocabulary)
-        layout = cache.byte_copy_layout(prefix, hparams)
-        if layout is not None:  # OpenAI's own layout: link (or copy) the bytes, verify them
-            try:
-                config = hf_config(hparams)
-                cache.write_entry_from_layout(root, key, prefix, layout, config, meta, progress)
-            except OSError as e:  # a read-only or full cache: the general path reads it
-                warn(f"could not write the conversion cache in {root}: {e}")
-                write_cache = False  # and writing it again would fail alike: warn once
-            else:
-                flat = _read_cache_entry(root, key, hparams)
-                if flat is not None:
-                    return Checkpoint(hparams, unflatten(flat, hparams), vocabulary)
-    tensors = read_tf_checkpoint(prefix, progress=progress)
-    flat = flat_from_openai(tensors, hparams, f"checkpoint {prefix}")
-    if write_cache:
-        try:
-            cache.write_entry(root, key, hf_from_flat(flat), hf_config(hparams), meta)
-        except OSError as e:  # a read-only or full cache must not stop the load
-            warn(f"could not write the conversion cache in {root}: {e}")
+        flat = cache.load_cached(prefix, hparams, hparams_path, root, verify, progress)
+    else:
+        tensors = read_tf_checkpoint(prefix, progress=progress)
+        flat = flat_from_openai(tensors, hparams, f"checkpoint {prefix}")
     return Checkpoint(hparams, unflatten(flat, hparams), vocabulary)
-
-
-def _read_cache_entry(root: str, key: str, hparams: HParams) -> dict[str, np.ndarray] | None:
-    """The cached flat params (memory-mapped), or None if there is no usable entry.
-
-    A damaged entry (say, a cache disk that filled up) is removed with a warning, so that the
-    caller converts the checkpoint again instead of failing on every load.
-    """
-    hit = cache.entry_dir(root, key)
-    if hit is None:
-        return None
-    try:
-        if cache.is_linked(hit):
-            return cache.read_linked_entry(hit, hparams)
-        return read_hf_flat(os.path.join(hit, "model.safetensors"), hparams)
-    except CheckpointError as e:
-        warn(f"discarding a damaged cache entry: {e}")
-        shutil.rmtree(hit, ignore_errors=True)
-        return None
 
 
 def _hparams(path: str) -> HParams:
@@ -261,30 +234,101 @@ def save_dir(
     a 1-tuple; + generation_config.json of ``generation``'s defaults, when given).
 
     The output loads with ``transformers.GPT2LMHeadModel.from_pretrained(out_dir)`` and with
-    :func:`load_dir` (giving identical arrays). Each file is written to a temporary name and
-    renamed when complete.
+    :func:`load_dir` (giving identical arrays). Everything is written into a temporary
+    directory beside ``out_dir`` (or inside it, if it exists) and flushed to disk; then the
+    directory is renamed into place (or, into an existing directory, each file is renamed over
+    its namesake and a vocabulary left from another model is removed). Any failure, a full disk
+    included, removes what was written and leaves ``out_dir`` as it was.
     """
-    out_dir = os.fspath(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = expand_user(os.fspath(out_dir), "out_dir")
+    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
+        raise ValueError(f"cannot save into {out_dir}: it exists and is not a directory")
+    existing = os.path.isdir(out_dir)
+    parent = out_dir if existing else os.path.dirname(os.path.abspath(out_dir))
+    created = _make_parents(parent)
+    tmp = _make_temp_dir(parent, os.path.basename(out_dir))
+    try:
+        names = _write_hf_dir(tmp, hparams, params, vocabulary, generation)
+        if not existing:
+            try:
+                os.rename(tmp, out_dir)
+                return
+            except OSError:  # another process made out_dir meanwhile: merge into it as below
+                pass
+        for name in names:
+            os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
+        for name in set(_OPTIONAL) - set(names):  # another model's vocabulary or defaults
+            if os.path.lexists(os.path.join(out_dir, name)):
+                os.unlink(os.path.join(out_dir, name))
+        os.rmdir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        for d in reversed(created):
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
+        raise
+
+
+def _make_temp_dir(parent: str, name: str) -> str:
+    """A new directory ``parent/.name.<random>.tmp`` with the usual permissions (mkdtemp's are
+    0700, which the renamed output would keep)."""
+    while True:
+        tmp = os.path.join(parent, f".{name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.mkdir(tmp)
+            return tmp
+        except FileExistsError:
+            continue
+
+
+def _make_parents(directory: str) -> list[str]:
+    """os.makedirs(directory), returning the directories it made (outermost first)."""
+    missing, d = [], os.path.abspath(directory)
+    while not os.path.isdir(d) and os.path.dirname(d) != d:
+        missing.append(d)
+        d = os.path.dirname(d)
+    os.makedirs(directory, exist_ok=True)
+    return missing[::-1]
+
+
+#: The files save_dir writes only when there is something to write.
+_OPTIONAL = ("vocab.json", "merges.txt", "tokenizer.json", "generation_config.json")
+
+
+def _write_hf_dir(
+    directory: str,
+    hparams: HParams,
+    params: Params,
+    vocabulary: Optional[tuple[str, ...]],
+    generation: Optional[Mapping[str, Any]],
+) -> list[str]:
+    """Write and flush the HF files into the empty ``directory``; return their names."""
     tensors = hf_from_flat(flatten(params))
-    write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors, {"format": "pt"})
+    write_safetensors(os.path.join(directory, "model.safetensors"), tensors, {"format": "pt"})
+    read_safetensors(os.path.join(directory, "model.safetensors"))  # complete and well-formed
     config = hf_config(hparams)
     config["torch_dtype"] = str(params["wte"].dtype)
-    tmp = os.path.join(out_dir, f".config.json.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=2)
-    os.replace(tmp, os.path.join(out_dir, "config.json"))
-    # the vocabulary as HF's vocab.json + merges.txt (the same formats as OpenAI's encoder.json
-    # + vocab.bpe), so that the directory is complete for HF and for load_dir
-    names = (
-        ("tokenizer.json",) if vocabulary and len(vocabulary) == 1 else ("vocab.json", "merges.txt")
-    )
-    for src, name in zip(vocabulary or (), names):
-        tmp = os.path.join(out_dir, f".{name}.{os.getpid()}.tmp")
-        shutil.copyfile(src, tmp)
-        os.replace(tmp, os.path.join(out_dir, name))
+    _write_json(os.path.join(directory, "config.json"), config)
+    names = ["model.safetensors", "config.json"]
     if generation:
-        tmp = os.path.join(out_dir, f".generation_config.json.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(dict(generation), f, indent=2)
-        os.replace(tmp, os.path.join(out_dir, "generation_config.json"))
+        _write_json(os.path.join(directory, "generation_config.json"), dict(generation))
+        names.append("generation_config.json")
+    # the vocabulary as HF's vocab.json + merges.txt (the same formats as OpenAI's encoder.json
+    # + vocab.bpe), or tokenizer.json, so that the directory is complete for HF and load_dir
+    single = vocabulary is not None and len(vocabulary) == 1
+    for src, name in zip(vocabulary or (), ("tokenizer.json",) if single else _OPTIONAL[:2]):
+        with open(src, "rb") as f_in, open(os.path.join(directory, name), "wb") as f_out:
+            shutil.copyfileobj(f_in, f_out)
+            f_out.flush()
+            os.fsync(f_out.fileno())
+        names.append(name)
+    return names
+
+
+def _write_json(path: str, value: Any) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())

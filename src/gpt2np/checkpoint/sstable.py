@@ -22,17 +22,18 @@ import os
 import struct
 
 from ..errors import CheckpointError
+from ..smallfiles import read_small_file
 from . import snappy
 from .crc32c import crc32c, unmask
 from .protobuf import ProtobufError, read_varint
 
-__all__ = ["read_table"]
+__all__ = ["parse_table", "read_table"]
 
 MAGIC = 0xDB4775248B80FB57
 FOOTER_SIZE = 48
 TRAILER_SIZE = 5
 NO_COMPRESSION, SNAPPY_COMPRESSION = 0, 1
-MAX_INDEX = 1 << 30  # real indexes are kilobytes to megabytes; refuse to slurp anything huge
+MAX_INDEX = 256 << 20  # a 1558M index is ~60 KB; refuse to slurp anything huge
 
 
 def read_table(
@@ -44,12 +45,16 @@ def read_table(
     """
     name = os.fspath(path)
     try:
-        if os.path.getsize(name) > MAX_INDEX:
-            raise CheckpointError(f"index {name} is over {MAX_INDEX >> 20} MiB: not an index")
-        with open(name, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise CheckpointError(f"cannot read index {name}: {e}") from None
+        data = read_small_file(name, MAX_INDEX)
+    except CheckpointError as e:
+        raise CheckpointError(f"cannot read index: {e}") from None
+    return parse_table(data, name, stats)
+
+
+def parse_table(
+    data: bytes, name: str, stats: dict[str, int] | None = None
+) -> list[tuple[bytes, bytes]]:
+    """:func:`read_table` of a table's bytes ``data``; ``name`` is the file's, for errors."""
     table = _Table(name, data)
     entries = table.entries()
     if stats is not None:

@@ -14,17 +14,26 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ..errors import CheckpointError
 from ..progress import tqdm
+from ..smallfiles import read_small_file
 from .crc32c import crc32c, unmask
 from .protobuf import BundleEntry, BundleHeader, ProtobufError, parse_entry, parse_header
-from .sstable import read_table
+from .sstable import MAX_INDEX, parse_table
 
-__all__ = ["check_crc", "data_path", "read_tf_checkpoint", "read_tf_index"]
+__all__ = [
+    "check_crc",
+    "data_path",
+    "parse_tf_index",
+    "read_index_bytes",
+    "read_tf_checkpoint",
+    "read_tf_index",
+]
 
 DT_FLOAT = 1
 _DT_BFLOAT16 = 14
@@ -60,11 +69,23 @@ def read_tf_index(
     prefix: str | os.PathLike[str],
 ) -> tuple[BundleHeader, dict[str, BundleEntry]]:
     """The bundle's header and each tensor's entry, in name order (every block CRC checked)."""
-    prefix = _normalize(prefix)
-    index = _index_path(prefix)
+    index = _index_path(_normalize(prefix))
     if not os.path.exists(index):
         raise CheckpointError(f"no checkpoint index {index}")
-    table = read_table(index)
+    return parse_tf_index(read_index_bytes(index), index)
+
+
+def read_index_bytes(index: str) -> bytes:
+    """The bytes of the ``.index`` file ``index`` (a regular file of at most MAX_INDEX bytes)."""
+    try:
+        return read_small_file(index, MAX_INDEX)
+    except CheckpointError as e:
+        raise CheckpointError(f"cannot read checkpoint index: {e}") from None
+
+
+def parse_tf_index(data: bytes, index: str) -> tuple[BundleHeader, dict[str, BundleEntry]]:
+    """:func:`read_tf_index` of the index file's bytes ``data`` (``index`` names it in errors)."""
+    table = parse_table(data, index)
     if not table or table[0][0] != b"":
         raise CheckpointError(f"corrupt index {index}: no bundle header (empty key)")
     try:
@@ -135,9 +156,12 @@ def _read_tensor(
 ) -> np.ndarray:
     """One tensor's bytes by a single read at its offset, CRC-checked, as its dtype and shape."""
     try:
-        file_size = os.path.getsize(path)
+        st = os.stat(path)
     except OSError:
         raise CheckpointError(f"missing data file {path} (needed for tensor {name})") from None
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block the read, a device never end
+        raise CheckpointError(f"data file {path} is not a regular file")
+    file_size = st.st_size
     if entry.offset + entry.size > file_size:
         raise CheckpointError(
             f"data file {path} is truncated: tensor {name} needs bytes up to "
@@ -158,7 +182,10 @@ def _read_tensor(
 
 
 def read_tf_checkpoint(
-    prefix: str | os.PathLike[str], verify: bool = True, progress: bool = False
+    prefix: str | os.PathLike[str],
+    verify: bool = True,
+    index: tuple[BundleHeader, dict[str, BundleEntry]] | None = None,
+    progress: bool = False,
 ) -> dict[str, np.ndarray]:
     """Every tensor of the TensorFlow checkpoint at ``prefix`` (e.g. ``dir/model.ckpt``).
 
@@ -166,14 +193,15 @@ def read_tf_checkpoint(
     ([1, D, 3D]); bfloat16 is widened to float32, float16/32/64 and int32/64 are kept. Every index
     block's and every tensor's CRC-32C is verified unless ``verify=False``; ``progress`` shows
     a bar over the bytes read. Raises :class:`~gpt2np.CheckpointError` naming the file and
-    tensor for anything wrong.
+    tensor for anything wrong. ``index``, the :func:`read_tf_index` of ``prefix`` when the
+    caller has it, is not read again.
     """
     prefix = _normalize(prefix)
-    index = _index_path(prefix)
-    header, entries = read_tf_index(prefix)
+    header, entries = index if index is not None else read_tf_index(prefix)
+    index_name = _index_path(prefix)
     jobs = []
     for name, entry in entries.items():
-        dtype = _check_entry(index, name, entry, header)
+        dtype = _check_entry(index_name, name, entry, header)
         path = data_path(prefix, entry.shard_id, header.num_shards)
         jobs.append((path, name, entry, dtype, verify))
     # Two tensors at a time: one's read overlaps the other's CRC (both release the GIL).

@@ -1,0 +1,55 @@
+"""The fuzz tier: seeded damage to every fixture gpt2np reads (tests/fuzzing.py, targets in
+tests/fuzz_targets.py), each case in a worker process with a memory cap and a timeout.
+
+    GPT2NP_FUZZ_SECONDS=240 pytest -m fuzz -rxP    # CI: the budget is shared by the targets
+
+The default run (no ``-m fuzz``) runs a few fixed cases of each target as a smoke test.
+``GPT2NP_FUZZ_SEED`` shifts the first seed (default 0), so another run covers other cases.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import fuzz_targets  # noqa: F401  (registers the targets)
+from fuzzing import TARGETS, run
+
+BUDGET = float(os.environ.get("GPT2NP_FUZZ_SECONDS", "60"))
+FIRST_SEED = int(os.environ.get("GPT2NP_FUZZ_SEED", "0"))
+
+
+#: Failures owned by another part of issue 14, by target: (what the outcome starts with, what
+#: the mutation contains, who fixes it). They make the test xfail, naming them, until fixed;
+#: any other failure fails it.
+KNOWN: dict[str, list[tuple[str, str, str]]] = {}  # none left: the vocabulary's are fixed
+
+
+def judge(report) -> None:
+    print(report.summary())
+    assert report.cases > 0
+    known = [
+        (f, why)
+        for f in report.failures
+        for outcome, mutation, why in KNOWN.get(report.target, [])
+        if f["outcome"].startswith(outcome) and mutation in f.get("mutation", "")
+    ]
+    others = [f for f in report.failures if f not in [k for k, _ in known]]
+    assert not others, report.summary()
+    if known:
+        first = report.summary().splitlines()[0]
+        pytest.xfail(f"{first}, all known: {sorted({why for _, why in known})}")
+
+
+@pytest.mark.fuzz
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_fuzz(name):
+    judge(run(name, BUDGET / len(TARGETS), first_seed=FIRST_SEED))
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_fuzz_smoke(name):
+    report = run(name, seconds=60, first_seed=10**6, max_cases=8)
+    assert report.cases == 8
+    judge(report)
