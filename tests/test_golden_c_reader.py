@@ -16,6 +16,7 @@ import sys
 import numpy as np
 import pytest
 
+import gpt2np
 from gpt2np.golden import MANIFEST_KEY, dump
 
 SOURCE = pathlib.Path(__file__).parent.parent / "examples" / "read_golden.c"
@@ -78,3 +79,43 @@ def test_numpys_own_npz_is_not_mappable(tmp_path, reader) -> None:
     np.savez(tmp_path / "plain.npz", a=np.arange(5.0), b=np.arange(7.0))
     r = subprocess.run([str(reader), str(tmp_path / "plain.npz")], capture_output=True, text=True)
     assert r.returncode == 1 and "not 64-byte aligned" in r.stderr
+
+
+WRITER_MAIN = r"""
+#include <stdio.h>
+#include <string.h>
+%s
+int main(int argc, char **argv) {
+    float x[24];
+    for (int i = 0; i < 24; i++) x[i] = 0.5f * i - 3.0f;
+    long s3[] = {2, 3, 4}, s1[] = {24};
+    char path[4096];
+    snprintf(path, sizeof path, "%%s/a.npy", argv[1]);
+    write_npy(path, x, s3, 3);
+    snprintf(path, sizeof path, "%%s/b.npy", argv[1]);
+    write_npy(path, x, s1, 1);
+    return argc != 2;
+}
+"""
+
+
+def test_the_docs_c_writer_writes_what_numpy_and_compare_read(tmp_path, reader) -> None:
+    """docs/golden-files.md's write_npy, compiled as it stands in the page."""
+    page = (SOURCE.parent.parent / "docs" / "golden-files.md").read_text(encoding="utf-8")
+    block = next(b for b in page.split("```c\n")[1:] if "void write_npy" in b).split("```")[0]
+    source = tmp_path / "writer.c"
+    source.write_text(WRITER_MAIN % block)
+    cc = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc") or shutil.which("clang")
+    exe = tmp_path / "writer"
+    r = subprocess.run([cc, "-std=c99", "-Wall", "-Werror", "-o", str(exe), str(source)],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    port = tmp_path / "port"
+    port.mkdir()
+    assert subprocess.run([str(exe), str(port)]).returncode == 0
+    expected = np.arange(24, dtype=np.float32) * 0.5 - 3.0
+    np.testing.assert_array_equal(np.load(port / "a.npy"), expected.reshape(2, 3, 4))
+    np.testing.assert_array_equal(np.load(port / "b.npy"), expected)
+    assert (port / "a.npy").stat().st_size == 128 + 24 * 4
+    golden = {"a": expected.reshape(2, 3, 4).astype(np.float64), "b": expected}
+    assert gpt2np.compare(golden, port).ok

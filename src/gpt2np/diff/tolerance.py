@@ -19,9 +19,9 @@ __all__ = ["DEFAULT_ATOL", "DEFAULT_PRECISION", "DEFAULT_RTOL", "PRECISIONS", "t
 PRECISIONS: dict[str, tuple[float, float]] = {
     "float64": (1e-10, 1e-10),
     "float32": (2e-5, 2e-5),
-    "tf32": (5e-3, 5e-3),
-    "float16": (1e-2, 1e-2),
-    "bfloat16": (5e-2, 5e-2),
+    "tf32": (1e-2, 1e-2),
+    "float16": (2e-2, 2e-2),
+    "bfloat16": (0.15, 0.15),
 }
 DEFAULT_PRECISION = "float32"
 DEFAULT_RTOL, DEFAULT_ATOL = PRECISIONS[DEFAULT_PRECISION]

@@ -25,7 +25,7 @@ from ..trace import Names, selected_names, tensor_axes, tensor_shapes, trace_eac
 from .inputs import Batch, batch_of
 from .manifest import FORMAT, FORMAT_VERSION, MANIFEST_KEY, weights_sha256
 from .npy import ALIGN, header_bytes
-from .reader import GoldenFile
+from .reader import GoldenFile, PathLike
 from .zipwrite import AlignedZip
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["dump"]
 
-PathLike = Any
+
 _ROWS_PER_LOSS_STEP = 64  # logits rows whose log-softmax is taken at once (bounds the temporaries)
 
 
