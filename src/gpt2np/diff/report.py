@@ -166,7 +166,7 @@ def _format(report: CompareReport, which: str) -> str:
     shown = _rows_to_show(report, which)
     if shown:
         lines += ["", f"{'tensor':<22} {'shape':<18} {'max abs':>9} {'max rel':>9} "
-                      f"{'/tol':>8} {'growth':>7}  status"]  # fmt: skip
+                      f"{'/tol':>8} {'growth':>9}  status"]  # fmt: skip
         for r in shown:
             lines.append(_row(report, r) if r is not None else "…")
         hidden = sum(r.diverged for r in report.rows) - sum(
@@ -210,10 +210,10 @@ def _row(report: CompareReport, r: TensorDiff) -> str:
     shape = _shape(r.golden_shape)
     if r.status in ("ok", "diverged"):
         growth = "" if math.isnan(r.growth) else f"×{r.growth:.3g}"
-        stats = f"{r.max_abs:9.2e} {r.max_rel:9.2e} {r.tol_ratio:8.3g} {growth:>7}"
+        stats = f"{r.max_abs:9.2e} {r.max_rel:9.2e} {r.tol_ratio:8.3g} {growth:>9}"
         status = "ok" if r.status == "ok" else f"DIVERGES ({r.n_bad:,} of {r.n_compared:,})"
     else:
-        stats = f"{'':9} {'':9} {'':8} {'':7}"
+        stats = f"{'':9} {'':9} {'':8} {'':9}"
         status = {"shape": "SHAPE: ", "dtype": "DTYPE: "}[r.status] + r.note
     marks = []
     if r.name == report.first_divergence:
