@@ -156,17 +156,19 @@ class _Stats:
         if not g64.size:
             return
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # atol = rtol = 0
-            diff = np.abs(p64 - g64)
-            same = (g64 == p64) | (np.isnan(g64) & np.isnan(p64))  # equal infinities, shared NaN
-            diff[same] = 0.0
-            ratio = diff / (self.atol + self.rtol * np.abs(g64))
-            ratio[same] = 0.0
-            ratio[np.isnan(ratio)] = np.inf  # a NaN the golden file does not have
-            nonzero = g64 != 0
-            if nonzero.any():
-                self.max_rel = max(
-                    self.max_rel, float(np.max(diff[nonzero] / np.abs(g64[nonzero])))
-                )
+            diff = np.subtract(p64, g64)
+            np.abs(diff, out=diff)
+            scale = np.abs(g64)
+            ratio = scale * self.rtol
+            ratio += self.atol
+            np.divide(diff, ratio, out=ratio)  # |port - golden| / tolerance
+            if np.isnan(ratio).any():  # NaN or inf somewhere, or 0 / 0 at a zero tolerance
+                same = (g64 == p64) | (np.isnan(g64) & np.isnan(p64))  # equal inf, shared NaN
+                diff[same] = 0.0
+                ratio[same] = 0.0
+                ratio[np.isnan(ratio)] = np.inf  # a NaN the golden file does not have
+            np.divide(diff, scale, out=scale, where=scale != 0)  # relative error, 0 at golden 0
+            self.max_rel = max(self.max_rel, float(np.max(scale)))
         self.max_abs = max(self.max_abs, float(np.max(diff)))
         self.n_bad += int(np.count_nonzero(ratio > 1.0))
         self.n_compared += g64.size

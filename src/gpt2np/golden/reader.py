@@ -191,7 +191,7 @@ class GoldenFile(Source):
         with self._reading(name):
             stream, _ = self._open(name)
             with stream:
-                read_header(stream.read)
+                _read_exactly(stream, h.header_len)  # parsed and checked by header()
                 if h.fortran_order:  # rare (np.save of a transposed array): read it whole
                     data = np.frombuffer(_read_exactly(stream, h.nbytes), h.dtype)
                     flat = np.ascontiguousarray(data.reshape(h.shape[::-1]).T).reshape(-1)
