@@ -61,7 +61,7 @@ def compare(
         born = _born(rows)
         if hint:
             hinted = [r for r in rows if r.diverged][:_HINTED_ROWS]
-            hinted += [r for r in rows if r.name == born and r not in hinted]
+            hinted += [r for r in rows if r.name == born and r.diverged and r not in hinted]
             for r in hinted:
                 r.hints = hints.search(r, g, p, ctx)
         mismatches, notes = _manifests(g, p, allowed)
