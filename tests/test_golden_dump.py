@@ -400,3 +400,25 @@ def test_golden_file_reads_its_own_output(tiny_model, tmp_path) -> None:
         assert all(g.data_offset(n) % 64 == 0 for n in g.names)
         with pytest.raises(KeyError, match="no tensor 'nope'"):
             g["nope"]
+
+
+def test_the_manifest_alone_locates_every_tensor(tiny_model, tmp_path) -> None:
+    """docs/golden-files.md's recipe for a reader without NumPy or a ZIP library: the local
+    header at offset 0, the manifest's .npy header after it, then each tensor's offset."""
+    path = tmp_path / "g.npz"
+    dump(tiny_model, IDS, path, dtype="float64", prefix=2)
+    data = path.read_bytes()
+    n_name, n_extra = struct.unpack_from("<HH", data, 26)
+    npy = 30 + n_name + n_extra
+    assert data[npy : npy + 6] == b"\x93NUMPY"
+    (header_len,) = struct.unpack_from("<H", data, npy + 8)
+    header = data[npy + 10 : npy + 10 + header_len].decode("ascii")
+    assert "'descr': '|u1'" in header
+    n = int(header.split("'shape': (")[1].split(",")[0])
+    start = npy + 10 + header_len
+    manifest = json.loads(data[start : start + n])
+    with np.load(path) as z:
+        for t in manifest["tensors"]:
+            code = {"float64": "d", "int64": "q"}[t["dtype"]]
+            values = struct.unpack_from(f"<{t['nbytes'] // 8}{code}", data, t["offset"])
+            np.testing.assert_array_equal(np.array(values).reshape(t["shape"]), z[t["name"]])
