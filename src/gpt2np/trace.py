@@ -46,7 +46,7 @@ import fnmatch
 import sys
 import types
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import numpy as np
 
@@ -57,7 +57,15 @@ from .model import forward
 if TYPE_CHECKING:
     from .gpt2 import GPT2
 
-__all__ = ["Trace", "tensor_names", "tensor_shapes", "trace"]
+__all__ = [
+    "Trace",
+    "selected_names",
+    "tensor_axes",
+    "tensor_names",
+    "tensor_shapes",
+    "trace",
+    "trace_each",
+]
 
 Names = Union[str, Iterable[str], None]
 
@@ -94,6 +102,12 @@ def _symbolic_shapes(n_layer: int) -> dict[str, str]:
 def tensor_names(n_layer: int) -> list[str]:
     """Every traced name in forward order: embed.*, then h0.* … h{L-1}.*, then ln_f, logits."""
     return list(_symbolic_shapes(n_layer))
+
+
+def tensor_axes(n_layer: int) -> dict[str, str]:
+    """Every traced name in forward order with its axes, e.g. ``"h0.attn.scores": "B H T S"``
+    (the symbols of the module docstring; golden files record them per tensor)."""
+    return _symbolic_shapes(n_layer)
 
 
 def tensor_shapes(
@@ -167,26 +181,54 @@ def trace(model: GPT2, ids: Any, past: Optional[np.ndarray] = None, names: Names
     :func:`gpt2np.forward` (and of ``GPT2(..., fast=False).forward``) bit for bit, and the
     default fast kernels' to float rounding.
     """
+    tensors: dict[str, np.ndarray] = {}
+    t = trace_each(model, ids, tensors.__setitem__, past=past, names=names)
+    return Trace(tensors, t.logits, t.present, t.ids, t.T_past)
+
+
+def trace_each(
+    model: GPT2,
+    ids: Any,
+    emit: Callable[[str, np.ndarray], Any],
+    past: Optional[np.ndarray] = None,
+    names: Names = None,
+) -> Trace:
+    """:func:`trace`, handing each selected tensor to ``emit(name, array)`` the moment it is
+    computed and keeping none of them: what :func:`gpt2np.golden.dump` streams to disk, so that
+    memory holds one layer's intermediates rather than all of them.
+
+    Returns a :class:`Trace` with no tensors: its ``.logits``, ``.present``, ``.ids`` and
+    ``.T_past``. ``emit`` must not modify the array (the forward pass goes on using it).
+    """
     ids, past = model.check_forward_args(ids, past)
-    record = _Keep(_select(names, model.hparams.n_layer), {})
+    record = _Keep(_select(names, model.hparams.n_layer), emit)
     logits, present = forward(model.params, model.hparams, ids, past, record)
     T_past = 0 if past is None else past.shape[-2]
-    return Trace(record.tensors, logits, present, ids, T_past)
+    return Trace({}, logits, present, ids, T_past)
 
 
 class _Keep(Recorder):
-    """A recorder that keeps the tensors whose full names were selected, in forward order."""
+    """A recorder that hands the tensors whose full names were selected to ``emit``."""
 
-    def __init__(self, keep: set[str], tensors: dict[str, np.ndarray], prefix: str = "") -> None:
-        self.keep, self.tensors, self.prefix = keep, tensors, prefix
+    def __init__(
+        self, keep: set[str], emit: Callable[[str, np.ndarray], Any], prefix: str = ""
+    ) -> None:
+        self.keep, self.emit, self.prefix = keep, emit, prefix
 
     def __call__(self, name: str, x: np.ndarray) -> np.ndarray:
         if self.prefix + name in self.keep:
-            self.tensors[self.prefix + name] = x
+            self.emit(self.prefix + name, x)
         return x
 
     def scope(self, name: str) -> _Keep:
-        return _Keep(self.keep, self.tensors, f"{self.prefix}{name}.")
+        return _Keep(self.keep, self.emit, f"{self.prefix}{name}.")
+
+
+def selected_names(names: Names, n_layer: int) -> list[str]:
+    """The traced names that the globs ``names`` select (every one for None), in forward order;
+    ValueError for a glob that matches nothing, TypeError for one that is not a str."""
+    keep = _select(names, n_layer)
+    return [name for name in tensor_names(n_layer) if name in keep]
 
 
 def _select(names: Names, n_layer: int) -> set[str]:

@@ -1,0 +1,31 @@
+"""Golden files: every traced intermediate of a forward pass in one file a port can diff against.
+
+:func:`dump` writes a trace (see :mod:`gpt2np.trace`) of a forward pass, or of one KV-cached
+decode step after a prefix, as an uncompressed ``.npz``: one ``NAME.npy`` member per tensor, no
+pickle, every tensor's data 64-byte aligned from the start of the file, and a JSON manifest
+first. :class:`GoldenFile` reads one (or a port's ``.npz`` or directory of ``.npy`` files) a
+tensor and a chunk at a time; :func:`gpt2np.compare` diffs two. docs/golden-files.md specifies
+the layout so that a C, Rust, JS or GPU port can read and write it.
+
+Modules: ``manifest`` (its keys, the weights' hash), ``npy`` (the .npy header), ``zipwrite``
+(the aligned archive), ``inputs`` (rows, prefix, padding, targets), ``writer`` (:func:`dump`),
+``reader`` (:class:`GoldenFile`).
+"""
+
+from __future__ import annotations
+
+from .manifest import FORMAT, FORMAT_VERSION, MANIFEST_KEY, weights_sha256
+from .reader import GoldenFile, MappingSource, Source, open_source
+from .writer import dump
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MANIFEST_KEY",
+    "GoldenFile",
+    "MappingSource",
+    "Source",
+    "dump",
+    "open_source",
+    "weights_sha256",
+]
