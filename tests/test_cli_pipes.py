@@ -173,9 +173,9 @@ def test_dump_reads_its_prompt_or_ids_from_stdin(env, model_dir, tmp_path) -> No
     model = shlex.quote(str(model_dir))
     proc = sh(f"echo 464,3290 | gpt2np dump --model {model} --ids - --out {out}", env)
     assert proc.returncode == 0, proc.stderr
-    assert "ids [[464, 3290]]" in proc.stdout
+    assert "ids [1, 2] (464, 3290)" in proc.stdout  # dump prints the shape and the first ids
     proc = sh(f"echo 'Hello world' | gpt2np dump --model {model} --prompt - --out {out}", env)
-    assert "ids [[15496, 995]]" in proc.stdout, proc.stderr
+    assert "ids [1, 2] (15496, 995)" in proc.stdout, proc.stderr
 
 
 def read_pty(fd: int) -> str:
