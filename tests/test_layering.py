@@ -22,8 +22,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "maths": ("layers", "attention", "block", "model", "fast", "kvcache"),
     "tokenizer": ("bpe", "tokenizer"),
     "files": ("checkpoint", "checkpoint.*", "download", "hub", "hub.*"),
-    "uses": ("sampling", "generation", "beam", "logits_processors", "scoring", "trace", "golden",
-             "diff", "diff.*", "golden.*"),
+    "uses": ("sampling", "generation", "generation_args", "generation_rows", "beam",
+             "logits_processors", "completion", "scoring", "trace", "golden", "diff", "diff.*",
+             "golden.*"),
     "facade": ("__init__", "api", "gpt2", "checks"),
     "cli": ("cli", "cli_*", "__main__"),
 }  # fmt: skip
