@@ -257,9 +257,9 @@ class _Run:
         longest = max(len(r) for r in self.rows)
         # The last sampled token is never fed back, hence the - 1.
         logits, cache = self.prefill(min(n_ctx, longest + opts.max_new_tokens - 1))
-        if opts.n > 1:  # one prefill for the n samples of each prompt
-            cache.reorder(np.repeat(np.arange(len(self.rows)), opts.n))
-            logits = np.repeat(logits, opts.n, axis=0)
+        # one prefill for the n samples of each prompt: its logits now, its cache row copied n
+        # times before the first step needs it
+        logits, copied = np.repeat(logits, opts.n, axis=0), opts.n == 1
         for step in range(opts.max_new_tokens):
             live = [r for r, s in enumerate(states) if not s.done]
             new = self._choose(logits[live], live)  # [len(live)]
@@ -272,8 +272,12 @@ class _Run:
             yield pieces
             if cache.length == cache.max_len:  # only with context="slide": recompute the window
                 self.rows = [s[-n_ctx:] for s in seqs]
-                logits, cache = self.prefill(n_ctx)
+                logits, cache = self.prefill(n_ctx)  # one row per continuation
+                copied = True
             else:
+                if not copied:
+                    cache.reorder(np.repeat(np.arange(cache.batch), opts.n))
+                    copied = True
                 last = np.array([s[-1] for s in seqs], dtype=np.int64)[:, None]  # [B, 1]
                 logits = self.model.forward_cached(last, cache, last_only=True)[:, 0]  # [B, V]
         for r, s in enumerate(states):  # flush what rows held back (partial UTF-8, stop prefixes)

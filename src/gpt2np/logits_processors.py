@@ -232,10 +232,12 @@ def _checked_output(fn: Processor, out: Any, shape: tuple[int, ...]) -> np.ndarr
     """A processor's result as float64 [V], or a ValueError/TypeError naming the processor."""
     name = getattr(fn, "__name__", repr(fn))
     try:
+        if not isinstance(out, (np.ndarray, list, tuple)):
+            raise TypeError
         arr = np.asarray(out, dtype=np.float64)
     except (TypeError, ValueError):
         raise TypeError(
-            f"logits processor {name} returned {type(out).__name__}, not logits"
+            f"logits processor {name} returned {type(out).__name__}, not logits [V]"
         ) from None
     if arr.shape != shape:
         raise ValueError(f"logits processor {name} returned shape {arr.shape}, expected {shape}")
