@@ -93,6 +93,13 @@ def test_echo_scores_the_prompt_as_model_score_does(text_model):
     assert c.tokens[:n] == [text_model.tokenizer.decode([i]) for i in c.ids[:n]]
 
 
+def test_echo_with_no_new_tokens_scores_the_prompt_alone(text_model):
+    c = text_model.generate("The quick brown fox", 0, echo=True, logprobs=1)
+    assert c.text == "The quick brown fox" and c.new_ids == [] and c.finish_reason == "length"
+    np.testing.assert_allclose(c.token_logprobs[1:], text_model.score(c.text).token_logprobs,
+                               atol=1e-5)  # fmt: skip
+
+
 def test_echo_without_logprobs_returns_prompt_and_continuation(text_model, tiny_model):
     assert text_model.generate("Hi there", 3, temperature=0, echo=True) == (
         "Hi there" + text_model.generate("Hi there", 3, temperature=0)

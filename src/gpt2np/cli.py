@@ -197,9 +197,27 @@ def _add_generate(sub: Any) -> None:
         metavar="THETA",
         help="CTRL's rule on every id seen, prompt included; 1 is off",
     )
-    g.add_argument("--presence-penalty", type=_float, default=0.0, metavar="A")
-    g.add_argument("--frequency-penalty", type=_float, default=0.0, metavar="A")
-    g.add_argument("--no-repeat-ngram-size", type=_nonneg_int, default=0, metavar="N")
+    g.add_argument(
+        "--presence-penalty",
+        type=_float,
+        default=0.0,
+        metavar="A",
+        help="OpenAI's: minus A from every token generated before",
+    )
+    g.add_argument(
+        "--frequency-penalty",
+        type=_float,
+        default=0.0,
+        metavar="A",
+        help="OpenAI's: minus A for each time a token was generated before",
+    )
+    g.add_argument(
+        "--no-repeat-ngram-size",
+        type=_nonneg_int,
+        default=0,
+        metavar="N",
+        help="never repeat an N-gram of the prompt and continuation",
+    )
     g.add_argument(
         "--min-new-tokens",
         type=_nonneg_int,

@@ -252,6 +252,8 @@ class _Run:
         """Run the decode loop; after each step yield every row's new output piece."""
         opts, states, seqs = self.opts, self.states, self.seqs
         if opts.max_new_tokens == 0:
+            if opts.echo and opts.logprobs is not None:
+                self.prefill(0)  # the prompts' own log-probs
             return
         n_ctx = self.model.hparams.n_ctx
         longest = max(len(r) for r in self.rows)
