@@ -17,7 +17,11 @@ removed), or for greedy decoding the softmax of the penalised logits whose argma
 in beam search the log-probabilities the beam scores add up (HF's ``output_scores`` and
 ``compute_transition_scores``). ``logprobs_mode="raw"`` reports the model's own distribution,
 log_softmax of its logits, whatever the decoding did (OpenAI's API and vLLM's default). They are
-the same for plain sampling at temperature 1 with no filter or penalty. The echoed prompt's
+the same for plain sampling at temperature 1 with no filter or penalty. "processed" is the
+default because it is what the decoder did: a sample's log-probs then sum to its
+log-probability under the sampler (for beam search, to the beam's score), which is what
+importance weights, sequence scores and "why did it pick that?" need; "raw" answers "what did
+the model think", independently of the decoding settings. The echoed prompt's
 tokens (``echo=True``) were not chosen by the decoder, so they are always scored under the raw
 distribution, as :meth:`gpt2np.GPT2.score` scores them; the first has no context and no score.
 """
