@@ -111,7 +111,7 @@ class Completion:
     def _row(self, i: int) -> str:
         index = f"p{i}" if i < self.n_prompt else str(i - self.n_prompt)
         lp = self.token_logprobs[i]
-        where = f"{lp:10.3f} {math.exp(lp):8.2%}" if lp is not None else f"{'-':>10} {'-':>8}"
+        where = f"{lp:10.3f} {_percent(math.exp(lp))}" if lp is not None else f"{'-':>10} {'-':>8}"
         alts = " | ".join(f"{self._text(t)} {v:.3f}" for t, v in self.top_logprobs[i])
         return f"{index:>4}  {self._text(self.ids[i]):<14.14}{self.ids[i]:>7} {where}   {alts}"
 
@@ -132,3 +132,8 @@ class Completion:
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         """IPython and Jupyter show the table."""
         printer.text(self.table())
+
+
+def _percent(p: float) -> str:
+    """A probability as 8 characters: 17.20%, or 3.1e-07 when it would round to 0.00%."""
+    return f"{p:8.2%}" if p >= 5e-5 or p == 0 else f"{p:8.1e}"
