@@ -18,6 +18,7 @@ its results are compared with the two tokens identified, which is all a tie allo
 from __future__ import annotations
 
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -29,8 +30,8 @@ from hf_reference import EotOnly, assert_equal_to_hf, run_hf, run_ours
 TIE = (50, 119)  # scripts/make_generate_fixture.py: wte[50] := wte[119] in the "tie" model
 
 
-def cases(fixture_file: str = "tests/fixtures/generate_tiny.npz") -> list[str]:
-    with np.load(fixture_file) as z:
+def cases() -> list[str]:
+    with np.load(pathlib.Path(__file__).parent / "fixtures" / "generate_tiny.npz") as z:
         return sorted({k.split("/")[1] for k in z.files if k.startswith("case/")})
 
 

@@ -339,6 +339,8 @@ class _Run:
         return out
 
     def beam_results(self) -> list[Any]:
+        """Beam search from one prefill (:func:`gpt2np.beam.beam_search`); the n best of each
+        prompt as plain text/ids or Completions, prompt-major."""
         opts = self.opts
         longest = max(len(r) for r in self.rows)
         logits, cache = self.prefill(longest + max(opts.max_new_tokens - 1, 0))
