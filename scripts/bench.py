@@ -4,6 +4,7 @@
     python scripts/bench.py --vs-torch            # + HF transformers, same weights, ratios
     python scripts/bench.py --model 124M          # real weights when they are present
     python scripts/bench.py --ckpt DIR            # + cold/warm load of a TF checkpoint dir
+    python scripts/bench.py --only beam           # beam search against 4 batch-1 generations
 
 Timings are medians of alternating runs (gpt2np, torch, gpt2np, torch, ...) so that both see the
 same machine state; ratios are torch time / gpt2np time (> 1: gpt2np is faster). Nothing here is
@@ -93,6 +94,27 @@ def decode(model: gpt2np.GPT2, prompt: np.ndarray) -> None:
     logits = model.forward_cached(prompt, cache, last_only=True)
     for _ in range(NEW_TOKENS - 1):
         logits = model.forward_cached(logits.argmax(-1), cache, last_only=True)
+
+
+def beam_ratio(model: gpt2np.GPT2, repeats: int) -> None:
+    """Beam search with 4 beams, 4 separate batch-1 greedy generations and n=4 samples of one
+    prompt: each decodes 4 x NEW_TOKENS positions after a PROMPT_LEN prompt (min_new_tokens
+    keeps <|endoftext|> from ending any early), timed alternately in this run. The beams and
+    the samples share one prefill and decode as one batch of 4 rows."""
+    prompt = np.random.default_rng(1).integers(0, model.hparams.n_vocab, PROMPT_LEN).tolist()
+    kw = dict(min_new_tokens=NEW_TOKENS)
+    fns = {
+        "beam search, 4 beams": lambda: model.generate(prompt, NEW_TOKENS, num_beams=4, **kw),
+        "4 x batch-1 greedy": lambda: [
+            model.generate(prompt, NEW_TOKENS, temperature=0, **kw) for _ in range(4)
+        ],
+        "n=4 samples": lambda: model.generate(prompt, NEW_TOKENS, n=4, seed=0, **kw),
+    }
+    t = alternate(fns, repeats)
+    separate = t["4 x batch-1 greedy"]
+    for name, dt in t.items():
+        print(f"  {name:32s} {dt:9.3f}s   {4 * NEW_TOKENS / dt:6.1f} tok/s   "
+              f"{separate / dt:4.2f}x the tokens/s of 4 x batch-1")  # fmt: skip
 
 
 def torch_cases(model: gpt2np.GPT2, threads: int) -> dict[str, Callable[[], object]]:
@@ -317,6 +339,8 @@ def main() -> None:
             if "torch" in t:
                 line += f", torch {B * NEW_TOKENS / t['torch']:.1f} tok/s"
         print(line, flush=True)
+    if not args.only or args.only in "beam search":
+        beam_ratio(model, args.repeats)
     if args.rows:
         rows_probe(model, args.repeats * 3)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -21,18 +21,36 @@ Contents:
   score_context, score_stride   strided sliding window of HF's perplexity guide (window n_ctx)
   min_margin                    the smallest top-1 minus top-2 logit along every greedy path,
                                 checked to be large enough that float32 rounding cannot flip it
+  case/NAME/spec                JSON as uint8: {"model", "prompts", "eos", "kwargs"}: a decoding
+                                case, with gpt2np's own keyword arguments (CASES below)
+  case/NAME/ids, logprobs,      HF's results (tests/hf_reference.py: ids [R, N] with -1 after
+  raw_logprobs, top_ids,        the end, compute_transition_scores, the top 5 of each step's
+  top_logprobs, scores, margin  processed distribution, beam scores, the smallest margin)
+  chi2_prompt, chi2_probs       HF's filtered distribution of one step (temperature 1.3, top-k
+                                40, top-p 0.9 after prompt 1), for the chi-square test
+
+The decoding cases cover sampling with a seed stream (HF's torch.multinomial replaced by the
+inverse-CDF draw gpt2np makes, from the same uniforms: see tests/hf_reference.py), greedy
+decoding with HF's penalties, n-gram and bad-word rules, beam search (length penalties, the three
+early_stopping modes, <|endoftext|> finishing beams early, batches), and a "tie" model whose
+token TIE[0] has the embedding of TIE[1], so that their logits are exactly equal everywhere.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import pathlib
+import sys
 
 import numpy as np
 import torch
 import transformers
 
 from make_golden_fixture import build_model, params_of  # beside this script
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+from hf_reference import min_margin, run_hf  # tests/hf_reference.py, shared with the tests
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "generate_tiny.npz"
 HPARAMS = {"n_vocab": 384, "n_ctx": 48, "n_embd": 32, "n_head": 4, "n_layer": 2}
@@ -41,6 +59,55 @@ NEW_TOKENS = (20, 20, HPARAMS["n_ctx"] - 8)  # the last one fills the context ex
 BATCH_NEW = 16
 SCORE_LEN, SCORE_STRIDE = 130, 20
 MIN_MARGIN = 1e-3
+EOS = 143  # an id this random model often ranks high: beams end at different steps
+TIE = (50, 119)  # in the "tie" model wte[50] := wte[119]; 119 is on prompt 0's greedy path
+#: name -> (model, prompt indices or "unconditional", <|endoftext|> id, gpt2np's arguments)
+CASES: dict[str, tuple[str, object, object, dict]] = {
+    "sample_t08": ("main", [0], None, dict(max_new_tokens=20, temperature=0.8, seed=11)),
+    "sample_k40_p09_n3": ("main", [1], None, dict(max_new_tokens=16, temperature=1.3, top_k=40,
+                                                  top_p=0.9, seed=5, n=3)),
+    "sample_p08_rep12_n2": ("main", [2], None, dict(max_new_tokens=16, top_p=0.8,
+                                                    repetition_penalty=1.2, seed=3, n=2)),
+    "sample_batch_eos_n2": ("main", [0, 1], EOS, dict(max_new_tokens=12, temperature=0.9,
+                                                      top_k=50, seed=21, n=2)),
+    "greedy_rep13": ("main", [0], None, dict(max_new_tokens=20, temperature=0,
+                                             repetition_penalty=1.3)),
+    "greedy_rep08": ("main", [1], None, dict(max_new_tokens=20, temperature=0,
+                                             repetition_penalty=0.8)),
+    "greedy_ngram2": ("main", [0], None, dict(max_new_tokens=30, temperature=0,
+                                              no_repeat_ngram_size=2)),
+    "greedy_ngram3_rep11": ("main", [1], None, dict(max_new_tokens=30, temperature=0,
+                                                    no_repeat_ngram_size=3,
+                                                    repetition_penalty=1.1)),
+    "greedy_bad_words_min_new": ("main", [1], EOS, dict(max_new_tokens=20, temperature=0,
+                                                        bad_words_ids=[[119], [127, 85]],
+                                                        min_new_tokens=6)),
+    "greedy_batch_eos": ("main", [0, 1, 2], EOS, dict(max_new_tokens=20, temperature=0)),
+    "unconditional": ("main", "unconditional", 300, dict(max_new_tokens=12, temperature=0)),
+    "unconditional_sample_n2": ("main", "unconditional", 300, dict(max_new_tokens=12, seed=8,
+                                                                   n=2)),
+    "beam4": ("main", [0], EOS, dict(max_new_tokens=14, num_beams=4, n=4)),
+    "beam4_lp2_early": ("main", [1], EOS, dict(max_new_tokens=14, num_beams=4, n=2,
+                                               length_penalty=2.0, early_stopping=True)),
+    # prompt 1 with <|endoftext|> = 127: the three early_stopping modes give three results
+    "beam3_eos127_false": ("main", [1], 127, dict(max_new_tokens=14, num_beams=3, n=3)),
+    "beam3_eos127_never": ("main", [1], 127, dict(max_new_tokens=14, num_beams=3, n=3,
+                                                  early_stopping="never")),
+    "beam3_eos127_true": ("main", [1], 127, dict(max_new_tokens=14, num_beams=3, n=3,
+                                                 early_stopping=True)),
+    "beam3_never_lp05": ("main", [2], EOS, dict(max_new_tokens=14, num_beams=3, n=3,
+                                                length_penalty=0.5, early_stopping="never")),
+    "beam4_lp_neg1": ("main", [2], EOS, dict(max_new_tokens=14, num_beams=4, n=4,
+                                             length_penalty=-1.0)),
+    "beam4_no_eos": ("main", [0], None, dict(max_new_tokens=10, num_beams=4, n=4)),
+    "beam4_rep13_ngram2": ("main", [1], EOS, dict(max_new_tokens=14, num_beams=4, n=2,
+                                                  repetition_penalty=1.3,
+                                                  no_repeat_ngram_size=2)),
+    "beam4_batch": ("main", [0, 1, 2], EOS, dict(max_new_tokens=12, num_beams=4, n=2)),
+    "tie_greedy": ("tie", [0], None, dict(max_new_tokens=20, temperature=0)),
+    "tie_beam4": ("tie", [0], EOS, dict(max_new_tokens=14, num_beams=4, n=4)),
+    "tie_sample_k1": ("tie", [0], None, dict(max_new_tokens=16, top_k=1, seed=4)),
+}  # fmt: skip
 
 
 def greedy(model, ids: torch.Tensor, mask: torch.Tensor, n: int) -> tuple[np.ndarray, float]:
@@ -84,9 +151,58 @@ def strided_logprobs(model, ids: torch.Tensor, stride: int) -> tuple[np.ndarray,
     return np.array(logprobs), np.array(context)
 
 
+def decoding_cases(model, prompts: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """Every case of CASES run by HF, its margins checked, batches checked against each prompt
+    alone (HF's own consistency, which gpt2np's batches also promise)."""
+    tie = copy.deepcopy(model)
+    with torch.no_grad():
+        tie.transformer.wte.weight[TIE[0]] = tie.transformer.wte.weight[TIE[1]]
+    models = {"main": model, "tie": tie}
+    arrays: dict[str, np.ndarray] = {}
+    for name, (which, chosen, eos, kwargs) in CASES.items():
+        rows = [np.array([eos])] if chosen == "unconditional" else [prompts[i] for i in chosen]
+        got = run_hf(models[which], rows, kwargs, eos)
+        assert got["margin"] > min_margin(kwargs), f"{name}: a decision {got['margin']} from a tie"
+        if len(rows) > 1:
+            n = kwargs.get("n", 1)
+            for b, row in enumerate(rows):
+                alone = run_hf(models[which], [row], kwargs, eos)
+                mine = got["ids"][b * n : (b + 1) * n]
+                width = max(alone["ids"].shape[1], mine.shape[1])
+                assert (pad_to(mine, width) == pad_to(alone["ids"], width)).all(), (name, b)
+        spec = dict(model=which, prompts=chosen, eos=eos, kwargs=kwargs)
+        arrays[f"case/{name}/spec"] = np.frombuffer(json.dumps(spec).encode(), dtype=np.uint8)
+        for key, value in got.items():
+            arrays[f"case/{name}/{key}"] = value
+        print(f"{name:28s} margin {float(got['margin']):.2e}  ids {got['ids'][0].tolist()}")
+    tie_ids = [arrays[f"case/{name}/ids"] for name in CASES if name.startswith("tie")]
+    assert all((ids == TIE[0]).any() for ids in tie_ids), "the tie model's cases must meet a tie"
+    return arrays
+
+
+def pad_to(ids: np.ndarray, width: int) -> np.ndarray:
+    return np.pad(ids, ((0, 0), (0, width - ids.shape[1])), constant_values=-1)
+
+
+def chi2_case(model, prompt: np.ndarray) -> dict[str, np.ndarray]:
+    """HF's own warpers on one step's logits: the distribution a draw must follow."""
+    from transformers.generation.logits_process import (
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    ids = torch.from_numpy(prompt)[None]
+    with torch.no_grad():
+        scores = model(ids).logits[:, -1]
+        for warper in (TemperatureLogitsWarper(1.3), TopKLogitsWarper(40), TopPLogitsWarper(0.9)):
+            scores = warper(ids, scores)
+    return dict(chi2_prompt=prompt, chi2_probs=torch.softmax(scores.double(), -1)[0].numpy())
+
+
 def main() -> None:
     model = build_model(HPARAMS, seed=2024, weight_std=0.15)
-    arrays = params_of(model)
+    arrays = params_of(model, HPARAMS)
 
     rng = np.random.default_rng(7)
     prompts = [rng.integers(1, HPARAMS["n_vocab"], size=n) for n in PROMPT_LENGTHS]
@@ -113,6 +229,9 @@ def main() -> None:
     assert len(logprobs) == SCORE_LEN - 1
     arrays.update(score_ids=score_ids, score_logprobs=logprobs, score_context=context)
     arrays["score_stride"] = np.array(SCORE_STRIDE)
+
+    arrays.update(decoding_cases(model, prompts))
+    arrays.update(chi2_case(model, prompts[1]))
 
     assert min(margins) > MIN_MARGIN, f"greedy path too close to a tie: {min(margins)}"
     arrays["min_margin"] = np.array(min(margins))

@@ -97,6 +97,60 @@ def test_generate_stop(model, model_dir, home):
     assert proc.stdout == full[: full.find(stop)] + "\n"
 
 
+def test_generate_samples_beams_logprobs_and_penalties(model, model_dir, capsys):
+    """The generate flags give what the same keyword arguments give in Python (in-process)."""
+    base = ["generate", "The dog", "--model", str(model_dir), "--max-new-tokens", "6"]
+
+    def cli_out(*flags: str) -> str:
+        assert cli.main([*base, *flags]) == 0
+        return capsys.readouterr().out
+
+    samples = generate("The dog", model, max_new_tokens=6, n=3, seed=2)
+    assert cli_out("-n", "3", "--seed", "2") == "".join(
+        f"--- sample {i} of 3 ---\n{s}\n" for i, s in enumerate(samples, 1)
+    )
+    beams = generate("The dog", model, max_new_tokens=6, num_beams=3, n=2, length_penalty=0.5,
+                     early_stopping="never")  # fmt: skip
+    flags = ("--num-beams", "3", "--num-samples", "2", "--length-penalty", "0.5",
+             "--early-stopping", "never")  # fmt: skip
+    assert cli_out(*flags) == "".join(
+        f"--- beam {i} of 2 ---\n{b}\n" for i, b in enumerate(beams, 1)
+    )
+    table = generate("The dog", model, max_new_tokens=6, temperature=0, logprobs=2, echo=True)
+    assert cli_out("--temperature", "0", "--logprobs", "2", "--echo") == f"{table}\n"
+    assert "top 2" in str(table) and "p1" in str(table)
+    penalised = generate("The dog", model, max_new_tokens=6, temperature=0,
+                         repetition_penalty=1.5, presence_penalty=0.5, frequency_penalty=0.25,
+                         no_repeat_ngram_size=2, min_new_tokens=3,
+                         bad_words_ids=[[262], [11, 290]], echo=True)  # fmt: skip
+    flags = ("--temperature", "0", "--repetition-penalty", "1.5", "--presence-penalty", "0.5",
+             "--frequency-penalty", "0.25", "--no-repeat-ngram-size", "2", "--min-new-tokens",
+             "3", "--bad-words-ids", "262", "--bad-words-ids", "11,290", "--echo")  # fmt: skip
+    assert cli_out(*flags) == penalised + "\n" and penalised.startswith("The dog")
+
+
+def test_generate_unconditional_and_flag_errors(model, model_dir, home):
+    proc = run("generate", "", "--model", str(model_dir), "--max-new-tokens", "5", "--seed", "3",
+               home=home)  # fmt: skip
+    assert (
+        proc.returncode == 0
+        and proc.stdout == generate(None, model, max_new_tokens=5, seed=3) + "\n"
+    )
+    where = ("--model", str(model_dir))
+    assert_one_line_error(
+        run("generate", "hi", *where, "--num-beams", "2", "--temperature", "0.5", home=home),
+        1, "deterministic", "temperature",
+    )  # fmt: skip
+    assert_one_line_error(run("generate", "hi", *where, "-n", "2", "--temperature", "0",
+                              home=home), 1, "identical")  # fmt: skip
+    assert_one_line_error(run("generate", "hi", "--repetition-penalty", "0", home=home), 2,
+                          "--repetition-penalty")  # fmt: skip
+    assert_one_line_error(run("generate", "hi", "--bad-words-ids", "1,x", *where, home=home), 1,
+                          "--bad-words-ids", "'x'")  # fmt: skip
+    assert_one_line_error(run("generate", "hi", "--early-stopping", "yes", home=home), 2,
+                          "--early-stopping")  # fmt: skip
+
+
 def test_score_file_and_stdin(model, model_dir, home, tmp_path):
     text = "It was a bright cold day in April, and the clocks were striking thirteen. " * 3
     expected = score(model, text)

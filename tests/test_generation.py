@@ -1,6 +1,8 @@
 """Generation: greedy against HF's generate (committed fixture) and against a cache-free loop,
-sampling reproducibility, ragged batches, streaming, stop strings, <|endoftext|>, the context
-options, the cache discipline, and argument errors."""
+sampling reproducibility, n samples per prompt and their seeding, unconditional samples,
+ragged batches, streaming, stop strings, <|endoftext|>, the context options, the cache
+discipline (one prefill), the one-call convenience, and argument errors. (Sampling, penalties
+and beam search against HF: test_generate_vs_hf.py.)"""
 
 from __future__ import annotations
 
@@ -269,10 +271,10 @@ def test_context_slide_keeps_the_last_n_ctx_tokens(tiny_model):
         ([1], dict(context="wrap"), ValueError),
         ([1], dict(stop="x"), ValueError),  # stop strings need text
         ([1], dict(seed="a", max_new_tokens=2), TypeError),
-        ([], {}, ValueError),
-        ([[1], []], {}, ValueError),
+        ([], {}, ValueError),  # no prompts, or no ids? None or "" asks for unconditional
+        ([[1], []], {}, ValueError),  # unconditional, but this vocabulary has no <|endoftext|>
         (np.array([], dtype=np.int64), {}, ValueError),
-        ("", {}, ValueError),
+        (None, {}, ValueError),  # and no tokenizer for text
         ([1, 97], {}, ValueError),  # id outside the vocabulary
         ([1.5], {}, TypeError),
         (["a", [1]], {}, TypeError),
@@ -395,3 +397,165 @@ def test_bad_arguments_are_refused_before_a_named_model_is_loaded(tiny_model, mo
 def test_an_empty_2d_batch_is_a_clear_error(tiny_model):
     with pytest.raises(ValueError, match="empty batch"):  # was: "max() arg is an empty sequence"
         generate(np.zeros((0, 3), dtype=np.int64), tiny_model, max_new_tokens=2)
+
+
+# -- n samples per prompt ------------------------------------------------------------------------
+
+
+def test_n_samples_are_distinct_reproducible_and_each_equals_its_stream_alone(tiny_model):
+    kw = dict(max_new_tokens=12, temperature=0.9, top_k=30)
+    samples = generate([3, 1, 4], tiny_model, n=4, seed=7, **kw)
+    assert len(samples) == 4 and len({tuple(s) for s in samples}) == 4
+    assert samples == generate([3, 1, 4], tiny_model, n=4, seed=7, **kw)
+    assert samples[0] == generate([3, 1, 4], tiny_model, seed=7, **kw)  # n=1 is sample 0
+    for j, s in enumerate(samples):
+        alone = generate([3, 1, 4], tiny_model, seed=np.random.default_rng([7, j]), **kw)
+        assert s == alone
+    assert generate([3, 1, 4], tiny_model, n=2, seed=7, **kw) == samples[:2]  # independent of n
+    assert generate([3, 1, 4], tiny_model, n=2, num_return_sequences=2, seed=7, **kw) == samples[
+        :2
+    ]  # fmt: skip
+
+
+def test_n_samples_of_a_batch_equal_each_prompt_alone(tiny_model, byte_model):
+    kw = dict(max_new_tokens=8, seed=1)
+    prompts = [[5], [1, 2, 3, 4]]
+    batch = generate(prompts, tiny_model, n=3, **kw)
+    assert batch == [generate(p, tiny_model, n=3, **kw) for p in prompts]
+    text = generate(["ab", "héllo"], byte_model, n=2, **kw)
+    assert text == [generate(p, byte_model, n=2, **kw) for p in ["ab", "héllo"]]
+    assert all(isinstance(t, str) for per_prompt in text for t in per_prompt)
+
+
+def test_n_samples_slide_past_the_context_like_each_sample_alone(tiny_model):
+    n_ctx = tiny_model.hparams.n_ctx
+    kw = dict(max_new_tokens=12, context="slide", top_k=5)
+    prompt = list(range(1, n_ctx - 3))
+    samples = generate(prompt, tiny_model, n=3, seed=9, **kw)
+    for j, s in enumerate(samples):
+        assert s == generate(prompt, tiny_model, seed=np.random.default_rng([9, j]), **kw)
+
+
+def test_n_samples_stream_one_piece_per_sample(byte_model):
+    kw = dict(max_new_tokens=10, seed=3, n=3)
+    whole = generate("ab", byte_model, **kw)
+    steps = list(generate("ab", byte_model, stream=True, **kw))
+    assert all(isinstance(s, list) and len(s) == 3 for s in steps)
+    assert ["".join(s[j] for s in steps) for j in range(3)] == whole
+
+
+def test_n_samples_cost_one_prefill(tiny_model, monkeypatch):
+    """The prompt runs through the model once, whatever n: every later pass is one token per
+    row (beam search likewise)."""
+    calls = []
+    real = GPT2.forward_cached
+
+    def counting(self, ids, cache, last_only=False):
+        calls.append(np.shape(ids))
+        return real(self, ids, cache, last_only)
+
+    monkeypatch.setattr(GPT2, "forward_cached", counting)
+    generate([1, 2, 3, 4, 5], tiny_model, max_new_tokens=6, n=5, seed=0)
+    assert calls[0] == (1, 5) and calls[1:] == [(5, 1)] * 5
+    calls.clear()
+    generate([[1, 2, 3, 4, 5], [6]], tiny_model, max_new_tokens=4, num_beams=3, n=2)
+    assert calls[0] == (2, 5) and all(c[1] == 1 for c in calls[1:])
+
+
+def test_greedy_n_would_repeat_itself_and_is_refused(tiny_model):
+    with pytest.raises(ValueError, match="identical"):
+        generate([1], tiny_model, temperature=0, n=2)
+
+
+# -- unconditional samples -----------------------------------------------------------------------
+
+
+def test_an_empty_prompt_starts_from_endoftext(text_model):
+    eot = text_model.tokenizer.eot_token
+    kw = dict(max_new_tokens=8, seed=4)
+    from_eot = generate([eot], text_model, **kw)
+    text = text_model.tokenizer.decode(from_eot)
+    assert generate(None, text_model, **kw) == text == generate("", text_model, **kw)
+    assert text_model.generate(max_new_tokens=8, seed=4) == text  # model.generate() alone
+    assert generate(np.zeros(0, dtype=np.int64), text_model, **kw) == from_eot
+    assert generate([[], [eot]], text_model, **kw) == [from_eot, from_eot]
+    assert generate(["", "Hi"], text_model, **kw)[0] == text
+    assert generate("", text_model, echo=True, **kw) == text  # nothing of the prompt to show
+
+
+def test_an_empty_prompt_needs_an_endoftext(tiny_model):
+    with pytest.raises(ValueError, match="<\\|endoftext\\|>"):
+        generate(np.zeros(0, dtype=np.int64), tiny_model, max_new_tokens=2)
+
+
+# -- the one-call convenience takes model.generate's arguments -----------------------------------
+
+
+def test_gpt2np_generate_takes_the_positional_arguments_of_model_generate(text_model):
+    # gpt2np.generate("Hi", 5) used to be a TypeError: its second parameter was the model
+    assert gpt2np.generate("Hi", 5, model=text_model, temperature=0) == text_model.generate(
+        "Hi", 5, temperature=0
+    )
+    with pytest.raises(TypeError, match="pass the model as model="):
+        gpt2np.generate("Hi", "124M")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'temprature'"):
+        gpt2np.generate("Hi", 5, model=text_model, temprature=0)
+
+
+def test_the_three_generate_signatures_agree():
+    import inspect
+
+    core = inspect.signature(generate).parameters
+    method = inspect.signature(GPT2.generate).parameters
+    convenience = inspect.signature(gpt2np.generate).parameters
+    want = {k: (p.kind, p.default) for k, p in core.items() if k not in ("prompt", "model")}
+    # None: the model's default (its generation_config.json's, else 50)
+    default = {"max_new_tokens": (inspect.Parameter.POSITIONAL_OR_KEYWORD, None)}
+    assert {k: (p.kind, p.default) for k, p in method.items() if k not in ("self", "prompt")} == {
+        **want, **default
+    }  # fmt: skip
+    assert {k: (p.kind, p.default) for k, p in convenience.items()
+            if k not in ("prompt", "model", "dtype")} == {**want, **default}  # fmt: skip
+    assert list(method)[1:3] == list(convenience)[:2] == ["prompt", "max_new_tokens"]
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(stream=True, logprobs=1),
+        dict(stream=True, num_beams=2),
+        dict(num_beams=2, stop="x"),
+        dict(num_beams=2, context="slide"),
+        dict(num_beams=2, temperature=0.7),
+        dict(num_beams=2, top_k=3),
+        dict(num_beams=2, seed=1),
+        dict(num_beams=2, n=3),
+        dict(num_beams=0),
+        dict(n=0),
+        dict(n=2, num_return_sequences=3),
+        dict(num_beams=2, length_penalty=float("inf")),
+        dict(num_beams=2, early_stopping="sometimes"),
+        dict(num_beams=2, early_stopping=1),
+        dict(stream="yes"),
+    ],
+)
+def test_bad_combinations_are_refused_before_a_model_is_loaded(tiny_model, monkeypatch, kw):
+    monkeypatch.setattr("gpt2np.api.load", lambda *a, **k: pytest.fail("loaded a model"))
+    monkeypatch.setattr("gpt2np.api._models", {})
+    with pytest.raises((ValueError, TypeError)):
+        gpt2np.generate("hi", 4, model="124M", **kw)
+    with pytest.raises((ValueError, TypeError)):
+        generate([1, 2], tiny_model, max_new_tokens=4, **kw)
+
+
+def test_generation_config_max_length_counts_the_start_token_of_an_unconditional_sample(
+    tiny_model,
+):
+    """max_length counts the prompt (HF's rule); an empty prompt is one <|endoftext|> token."""
+    model = GPT2(
+        tiny_model.hparams, tiny_model.params, tokenizer=types.SimpleNamespace(eot_token=0)
+    )
+    model.generation_config = {"max_length": 5}
+    assert model.default_max_new_tokens(None) == model.default_max_new_tokens([]) == 4
+    assert model.default_max_new_tokens([[1, 2], [3]]) == 3  # the longest prompt counts
+    assert len(model.generate([1, 2], temperature=0, min_new_tokens=3)) == 3

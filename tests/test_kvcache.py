@@ -111,6 +111,35 @@ def test_reorder_makes_each_row_continue_the_row_it_copies(tiny, rows) -> None:
         np.testing.assert_allclose(got[i], alone[0, -1], rtol=TOL, atol=TOL)
 
 
+@pytest.mark.parametrize("rows", [[2, 0, 1], [1, 1, 0], [0, 2, 2], [2, 1, 0]])
+def test_reorder_in_place_when_rows_are_sources_and_destinations(tiny, rows) -> None:
+    """Same batch: the buffer is reused and only the rows that change are written, yet a row
+    that is overwritten still serves as the source of another (a cycle, a swap, a copy)."""
+    hp, params = tiny
+    seqs = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8]]
+    ids = np.array([seqs[0], [0, 0, *seqs[1]], [0, *seqs[2]]])
+    cache = KVCache(hp, 3, max_len=8, pad=[0, 2, 1])
+    forward_cached(params, hp, ids, cache)
+    before, buffer = cache.kv.copy(), cache.kv
+    cache.reorder(rows)
+    assert cache.kv is buffer and cache.pad.tolist() == [[0, 2, 1][r] for r in rows]
+    np.testing.assert_array_equal(cache.kv, before[:, rows])
+    got = forward_cached(params, hp, np.array([[11], [12], [13]]), cache)[:, 0]
+    for i, old in enumerate(rows):
+        alone, _ = forward(params, hp, np.array([[*seqs[old], 11 + i]]))
+        np.testing.assert_allclose(got[i], alone[0, -1], rtol=TOL, atol=TOL)
+
+
+def test_reorder_by_the_identity_writes_nothing(tiny) -> None:
+    hp, params = tiny
+    cache = KVCache(hp, 3, max_len=6)
+    forward_cached(params, hp, np.array([[1, 2], [3, 4], [5, 6]]), cache)
+    cache.kv.flags.writeable = False  # any write into the buffer would raise
+    cache.reorder([0, 1, 2])
+    with pytest.raises(ValueError, match="read-only"):
+        cache.reorder([0, 0, 2])  # the check above can fail: a changed row is written
+
+
 def test_reorder_of_unpadded_rows_drops_the_mask_and_repr_says_what_the_cache_holds(tiny) -> None:
     hp, _ = tiny
     cache = KVCache(hp, 2, max_len=6, pad=[0, 2])

@@ -23,8 +23,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "tokenizer": ("bpe", "tokenizer", "tokenizer_json", "vocab"),
     "files": ("checkpoint", "checkpoint.*", "download", "fetch", "release_checks", "hub", "hub.*",
               "hub_cache"),
-    "uses": ("sampling", "generation", "beam", "logits_processors", "scoring", "trace", "golden",
-             "diff", "diff.*", "golden.*", "lens"),
+    "uses": ("sampling", "generation", "generation_args", "generation_rows", "beam",
+             "logits_processors", "completion", "scoring", "trace", "golden", "diff", "diff.*",
+             "golden.*", "lens"),
     "facade": ("__init__", "api", "gpt2", "checks"),
     "cli": ("cli", "cli_*", "__main__"),
 }  # fmt: skip

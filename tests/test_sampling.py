@@ -14,8 +14,11 @@ from hypothesis.extra.numpy import arrays
 from gpt2np.sampling import (
     check_sampling_args,
     filter_logits,
+    log_probabilities,
+    log_softmax,
     probabilities,
     sample,
+    top_k_indices,
     top_k_logits,
     top_p_logits,
 )
@@ -204,3 +207,63 @@ def test_a_draw_at_the_total_takes_the_last_kept_id_not_a_removed_one():
     logits = np.array([[0.0, 3.0, 0.5, 2.0, -1.0, -2.0]])
     assert sample(logits, [TopOfRange()], 1.0, top_k=2).tolist() == [3]
     assert sample(logits, [TopOfRange()], 1.0).tolist() == [5]  # nothing removed: the last id
+
+
+# -- the distribution of a draw against HF's filtered softmax ------------------------------------
+
+
+def chi_square(counts: np.ndarray, probs: np.ndarray) -> tuple[float, float]:
+    """Pearson's statistic of ``counts`` against ``probs`` (tokens expected fewer than 5 times
+    pooled into one category), and its critical value at significance 1e-4 (Wilson and
+    Hilferty's approximation of the chi-square quantile)."""
+    n = counts.sum()
+    expected = n * probs
+    big = expected >= 5
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    obs, exp = obs[exp > 0], exp[exp > 0]
+    df = len(exp) - 1
+    z = 3.719  # the standard normal's 1 - 1e-4 quantile
+    critical = df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+    return float(((obs - exp) ** 2 / exp).sum()), critical
+
+
+def test_n_draws_of_one_step_follow_hfs_filtered_distribution(fixture, fixture_model):
+    """HF's sampling RNG (torch's) cannot be reproduced, so the distribution is tested: 10 000
+    samples of one step (n=10 000, each from its own seeded stream) against the softmax that
+    HF's temperature, top-k and top-p warpers leave (generate_tiny.npz, chi2_probs)."""
+    from gpt2np.generation import generate
+
+    probs, prompt = fixture["chi2_probs"], fixture["chi2_prompt"]
+    kw = dict(max_new_tokens=1, temperature=1.3, top_k=40, top_p=0.9, n=10_000, seed=2024)
+    draws = np.array(generate(prompt, fixture_model, **kw))[:, 0]
+    counts = np.bincount(draws, minlength=len(probs))
+    assert (counts[probs == 0] == 0).all()  # what HF's filters removed is never drawn
+    stat, critical = chi_square(counts, probs)
+    assert stat < critical, (stat, critical)
+    # the test can fail: draws at temperature 1.0 instead of 1.3 are rejected
+    logits = fixture_model.forward(prompt)[0][-1]
+    colder = probabilities(logits, 1.0, top_k=40, top_p=0.9)
+    draws = np.random.default_rng(0).choice(len(probs), size=10_000, p=colder)
+    stat, critical = chi_square(np.bincount(draws, minlength=len(probs)), probs)
+    assert stat > critical, (stat, critical)
+
+
+def test_log_probabilities_are_the_log_of_the_sampled_distribution():
+    logits = np.array([[1.0, 0.2, 3.0, -0.5, 2.5, 0.0]])
+    with np.errstate(divide="ignore"):
+        want = np.log(probabilities(logits, 0.7, top_k=4, top_p=0.9))
+    np.testing.assert_allclose(log_probabilities(logits, 0.7, 4, 0.9), want, atol=1e-12)
+    assert (log_probabilities(logits, 0.7, 2) == -np.inf).sum() == 4
+    # greedy: the softmax of the logits whose argmax it takes, not a point mass
+    np.testing.assert_allclose(log_probabilities(logits, 0.0), np.log(probabilities(logits)))
+    np.testing.assert_allclose(np.exp(log_softmax([[0.0, np.log(3.0), -np.inf]])),
+                               [[0.25, 0.75, 0.0]])  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(x=arrays(np.float64, st.integers(1, 30), elements=st.sampled_from([-np.inf, 0.0, 1.0,
+       2.0, 2.5])), k=st.integers(0, 35))  # fmt: skip
+def test_top_k_indices_is_a_stable_descending_sort(x, k):
+    want = np.argsort(-x, kind="stable")[:k]
+    np.testing.assert_array_equal(top_k_indices(x, k), want)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ._version import __version__
 from .api import generate, load, save
+from .completion import Completion
 from .diff import CompareReport, compare
 from .download import download
 from .errors import CheckpointError, DownloadError
@@ -31,6 +32,7 @@ __all__ = [
     "MODEL_NAMES",
     "CheckpointError",
     "CompareReport",
+    "Completion",
     "DownloadError",
     "HParams",
     "KVCache",

@@ -12,10 +12,10 @@ given, and this module joins them.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import pathlib
 import threading
-from collections.abc import Sequence
 from typing import Any, Optional, Union
 
 import numpy as np
@@ -219,34 +219,50 @@ _models_lock = threading.Lock()
 
 
 def generate(
-    prompt: Union[str, Sequence[str], Sequence[int], np.ndarray, Sequence[Sequence[int]]],
-    model: Union[PathLike, GPT2] = "124M",
+    prompt: Any = None,
+    max_new_tokens: Optional[int] = None,
     *,
-    max_new_tokens: int = 50,
-    temperature: float = 1.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: Union[int, np.random.Generator, None] = None,
-    stop: Union[str, Sequence[str], None] = None,
-    stream: bool = False,
-    context: str = "error",
+    model: Union[PathLike, GPT2] = "124M",
     dtype: Any = None,
-    progress: Optional[bool] = None,
+    **kwargs: Any,
 ) -> Any:
-    """:func:`gpt2np.generation.generate` with the model given as a :class:`GPT2`, or as a name
+    """:meth:`gpt2np.GPT2.generate` with the model given as a :class:`GPT2`, or as a name
     ("124M") or directory for :func:`load`, loaded once per process and ``dtype`` and reused.
-    ``progress`` (:mod:`gpt2np.progress`) goes to the loading and the generation.
+    The same positional arguments as ``model.generate`` (prompt, max_new_tokens) and the same
+    keyword arguments (see :func:`gpt2np.generation.generate`); ``progress``
+    (:mod:`gpt2np.progress`) goes to the loading and the generation. ``max_new_tokens=None``
+    takes the model's default (its generation_config.json's, else 50).
 
     The arguments are checked before a named model is loaded (and perhaps downloaded).
     """
-    kwargs = dict(
-        max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-        seed=seed, stop=stop, stream=stream, context=context,
-    )  # fmt: skip
-    generation.check_args(prompt, **kwargs)
-    progress = show_progress(progress)
+    if isinstance(max_new_tokens, (str, os.PathLike, GPT2)):
+        raise TypeError(
+            "the second argument of gpt2np.generate is max_new_tokens, as in model.generate; "
+            f"pass the model as model={max_new_tokens!r}"
+        )
+    unknown = set(kwargs) - _GENERATE_KEYWORDS
+    if unknown:
+        raise TypeError(f"gpt2np.generate() got an unexpected keyword argument {min(unknown)!r}")
+    progress = show_progress(kwargs.pop("progress", None))
+    checked = 0 if max_new_tokens is None else max_new_tokens  # the model's default is an int
+    generation.check_args(prompt, max_new_tokens=checked, **kwargs)
     resolved = _resolve_model(model, dtype, progress)
-    return generation.generate(prompt, resolved, **kwargs, progress=progress)
+    return resolved.generate(prompt, max_new_tokens, progress=progress, **kwargs)
+
+
+def _signature() -> tuple[inspect.Signature, set[str]]:
+    """generate's full signature for help() and inspect (its own **kwargs are
+    generation.generate's keyword arguments), and their names."""
+    own = list(inspect.signature(generate).parameters.values())[:-1]  # without **kwargs
+    theirs = [
+        p
+        for name, p in inspect.signature(generation.generate).parameters.items()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "max_new_tokens"
+    ]
+    return inspect.Signature([*own, *theirs]), {p.name for p in theirs}
+
+
+generate.__signature__, _GENERATE_KEYWORDS = _signature()  # type: ignore[attr-defined]
 
 
 def _resolve_model(model: Any, dtype: Any, progress: Optional[bool] = None) -> GPT2:

@@ -2,7 +2,7 @@
 
     cache = model.new_cache(B, max_len, pad)            preallocated [L, B, 2, H, max_len, Dh]
     logits = model.forward_cached(prompt, cache, last_only=True)          one pass, [B, 1, V]
-    repeat: id = sample(logits); logits = model.forward_cached(id, cache, last_only=True)
+    repeat: id = choose(process(logits)); logits = model.forward_cached(id, cache, last_only=True)
 
 Each decode step runs one new position per row through the model and writes its keys and
 values into the cache in place (no concatenation), and the head is applied to the last position
@@ -10,6 +10,20 @@ only. A batch of prompts of different lengths is left-padded: the cache's ``pad`
 padding and starts each row's positions at 0 after it, so every row gives what its prompt gives
 alone. A row that ends (``<|endoftext|>`` or a stop string) stops producing output while the
 others go on; the batch ends when every row has ended or after ``max_new_tokens`` steps.
+
+Choosing a token: the logit rules of :mod:`gpt2np.logits_processors` (penalties, banned words,
+your own functions), then greedy argmax or a draw after temperature, top-k and top-p
+(:mod:`gpt2np.sampling`); or beam search (``num_beams > 1``, :mod:`gpt2np.beam`).
+
+n samples per prompt. The ``n`` continuations of a prompt share its prefill: the prompt runs
+once and its cache row is copied n times (:meth:`gpt2np.KVCache.reorder`). With an int
+``seed``, sample j of every prompt draws from ``np.random.default_rng([seed, j])``; for j = 0
+that is ``default_rng(seed)``, the stream of n = 1. So the samples are distinct, reproducible,
+independent of n and of the batch, and sample j equals its prompt generated alone with
+``seed=np.random.default_rng([seed, j])``.
+
+An empty prompt (``""``, ``None``, or empty ids) starts from ``<|endoftext|>``, as OpenAI's
+``generate_unconditional_samples.py`` does: an unconditional sample.
 
 Context. GPT-2 attends to at most ``n_ctx`` positions (1024). ``context="error"`` (default)
 refuses a prompt whose length plus ``max_new_tokens`` exceeds ``n_ctx``. ``context="slide"``
@@ -20,36 +34,53 @@ so cached keys cannot be reused): about ``n_ctx`` times the cost of a cached ste
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
+from .beam import beam_search
+from .completion import Completion
+from .generation_args import CONTEXT_MODES, Options, check_args
+from .generation_rows import IdRow, TextRow
 from .progress import show_progress, tqdm
-from .sampling import check_sampling_args, sample
+from .sampling import log_probabilities, log_softmax, sample, top_k_indices
 
 if TYPE_CHECKING:
     from .gpt2 import GPT2
 
-__all__ = ["CONTEXT_MODES", "check_args", "generate"]
+__all__ = ["CONTEXT_MODES", "check_args", "generate", "row_generators"]
 
-#: Values of ``context=``: "error" refuses to exceed n_ctx, "slide" keeps the last n_ctx tokens.
-CONTEXT_MODES = ("error", "slide")
+Prompt = Union[None, str, Sequence[str], Sequence[int], np.ndarray, Sequence[Sequence[int]]]
 
 
 def generate(
-    prompt: Union[str, Sequence[str], Sequence[int], np.ndarray, Sequence[Sequence[int]]],
+    prompt: Prompt,
     model: GPT2,
     *,
     max_new_tokens: int = 50,
-    temperature: float = 1.0,
+    temperature: Optional[float] = None,
     top_k: int = 0,
     top_p: float = 1.0,
     seed: Union[int, np.random.Generator, None] = None,
     stop: Union[str, Sequence[str], None] = None,
     stream: bool = False,
     context: str = "error",
+    n: int = 1,
+    num_return_sequences: Optional[int] = None,
+    logprobs: Optional[int] = None,
+    logprobs_mode: str = "processed",
+    echo: bool = False,
+    repetition_penalty: float = 1.0,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+    no_repeat_ngram_size: int = 0,
+    min_new_tokens: int = 0,
+    bad_words_ids: Optional[Sequence[Any]] = None,
+    logits_processors: Any = None,
+    num_beams: int = 1,
+    length_penalty: float = 1.0,
+    early_stopping: Union[bool, str] = False,
     progress: Optional[bool] = None,
 ) -> Any:
     """Continue ``prompt`` with up to ``max_new_tokens`` tokens.
@@ -57,297 +88,326 @@ def generate(
     prompt: a ``str`` (returns the continuation ``str``; ``<|endoftext|>`` in it is encoded as
         the special token); token ids, a list or 1-D array of ints (returns the list of new
         ids); a list of ``str`` or of id lists (a batch, returns one result per prompt; the
-        prompts may differ in length).
+        prompts may differ in length). ``None``, ``""`` or empty ids: an unconditional sample,
+        starting from ``<|endoftext|>``.
     model: a :class:`gpt2np.GPT2` (``gpt2np.generate`` also takes a name or a directory).
-    temperature: 0 is greedy (argmax); otherwise logits / temperature before sampling.
+    temperature: 0 is greedy (argmax); otherwise logits / temperature before sampling; None
+        (the default) is 1.0 when sampling.
     top_k, top_p: OpenAI's top-k and nucleus filters (see :mod:`gpt2np.sampling`); 0 and 1.0
         are off. seed: an int makes the result identical run to run; every row of a batch uses
-        its own generator seeded with it, so a row equals its prompt generated alone. A numpy
-        ``Generator`` is used as it is and advanced, shared by all rows (rows of a batch then
-        differ from their prompts alone). None: fresh OS entropy.
+        its own generator seeded with it, so a row equals its prompt generated alone (sample j
+        of ``n``: see the module docstring). A numpy ``Generator`` is used as it is and
+        advanced, shared by all rows (rows of a batch then differ from their prompts alone).
+        None: fresh OS entropy.
     stop: a string or strings; the first occurrence ends that row, and it and anything after it
         are not returned. ``<|endoftext|>`` always ends a row and is not returned (nor its id).
     stream: return an iterator of pieces as they are produced (``str`` pieces, never half a
-        UTF-8 character, or lists of ids; for a batch, a list with one piece per row); joined,
-        they equal the non-streamed result.
+        UTF-8 character, or lists of ids; for a batch or ``n > 1``, a list with one piece per
+        continuation); joined, they equal the non-streamed result.
     context: "error" (ValueError when prompt + max_new_tokens > n_ctx) or "slide" (keep the
         last n_ctx tokens; see the module docstring for the cost).
+    n (or HF's name ``num_return_sequences``): continuations per prompt; with n > 1 a prompt
+        gives a list of n results (a batch: a list of such lists). Sampling only, or with beam
+        search the n best beams (n <= num_beams).
+    logprobs: None returns plain text/ids. An int k returns a :class:`gpt2np.Completion` per
+        continuation: ids, each token's log-probability, the k most likely alternatives at each
+        step (0: none), and the finish reason (length, stop, eot).
+    logprobs_mode: "processed" (default: the distribution each token was chosen from, after
+        penalties, temperature, top-k and top-p, as HF's ``compute_transition_scores``) or
+        "raw" (the model's own log_softmax, as OpenAI's API); see :mod:`gpt2np.completion`.
+    echo: return the prompt before the continuation (text or ids); with ``logprobs``, its tokens
+        are scored too (under the raw distribution; the first token has no score).
+    repetition_penalty, presence_penalty, frequency_penalty, no_repeat_ngram_size,
+    min_new_tokens, bad_words_ids, logits_processors: logit rules, see
+        :mod:`gpt2np.logits_processors` (``logits_processors``: functions
+        ``fn(ids, logits) -> logits``).
+    num_beams > 1: beam search (:mod:`gpt2np.beam`), deterministic, with ``length_penalty``
+        and ``early_stopping`` (True, False or "never") as in HF transformers.
     progress: without ``stream``, a bar over the tokens while a generation lasts longer than
         a second (:mod:`gpt2np.progress`: None shows it on a terminal or in a notebook).
     """
-    is_text, is_batch, prompts, stops = check_args(
-        prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-        top_p=top_p, seed=seed, stop=stop, stream=stream, context=context,
-    )  # fmt: skip
     show = show_progress(progress)  # a TypeError for a bad value before any work
-    rows = [_encode(model, p) if is_text else _check_row(model, p) for p in prompts]
-    longest = max(len(r) for r in rows)
-    if context == "error" and longest + max_new_tokens > model.hparams.n_ctx:
-        raise ValueError(
-            f"prompt of {longest} tokens + max_new_tokens={max_new_tokens} exceeds the model's "
-            f"context n_ctx={model.hparams.n_ctx}; shorten them or pass context='slide' "
-            "(--context slide on the command line)"
-        )
-    eot = model.eot_token
-    states = [_TextRow(model.tokenizer, stops, eot) if is_text else _IdRow(eot) for _ in rows]
-    rngs = _row_generators(seed, len(rows))
-    steps = _steps(model, rows, states, max_new_tokens, (temperature, top_k, top_p), rngs)
-    if stream:
-        return _stream(steps, is_batch)
-    bar = tqdm(total=max_new_tokens, desc="generating", unit="token", delay=1.0, leave=False,
-               disable=not show)  # fmt: skip
+    is_text, is_batch, prompts, opts = check_args(
+        prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
+        top_p=top_p, seed=seed, stop=stop, stream=stream, context=context, n=n,
+        num_return_sequences=num_return_sequences, logprobs=logprobs,
+        logprobs_mode=logprobs_mode, echo=echo, repetition_penalty=repetition_penalty,
+        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+        no_repeat_ngram_size=no_repeat_ngram_size, min_new_tokens=min_new_tokens,
+        bad_words_ids=bad_words_ids, logits_processors=logits_processors, num_beams=num_beams,
+        length_penalty=length_penalty, early_stopping=early_stopping,
+    )  # fmt: skip
+    run = _Run(model, is_text, prompts, opts)
+    if opts.num_beams > 1:
+        return _shape(run.beam_results(), is_batch, opts.n)
+    steps = run.steps()
+    if opts.stream:
+        return _stream(run.echo_pieces(), steps, is_batch, opts.n)
+    bar = tqdm(total=opts.max_new_tokens, desc="generating", unit="token", delay=1.0,
+               leave=False, disable=not show)  # fmt: skip
     with bar:
         for _ in steps:
             bar.update()
-    results = [s.result() for s in states]
+    return _shape(run.results(), is_batch, opts.n)
+
+
+def row_generators(seed: Any, prompts: int, n: int) -> list[np.random.Generator]:
+    """One Generator per continuation, prompt-major (sample j of prompt b is row b·n + j): for
+    an int seed sample j draws from ``default_rng([seed, j])`` (j = 0: ``default_rng(seed)``),
+    whatever the prompt; a Generator passed in is shared; None gives every row fresh entropy."""
+    if isinstance(seed, np.random.Generator):
+        return [seed] * (prompts * n)
+    if seed is None:
+        return [np.random.default_rng() for _ in range(prompts * n)]
+    return [np.random.default_rng([seed, j]) for _ in range(prompts) for j in range(n)]
+
+
+class _Run:
+    """One call of :func:`generate`: the rows, their output states, and the decode loop."""
+
+    def __init__(self, model: GPT2, is_text: bool, prompts: list[Any], opts: Options) -> None:
+        self.model, self.opts, self.is_text, self.prompts = model, opts, is_text, prompts
+        self.eot = model.eot_token
+        opts.penalties.check_vocab(model.hparams.n_vocab)
+        if opts.logprobs is not None and opts.logprobs > model.hparams.n_vocab:
+            raise ValueError(f"logprobs={opts.logprobs} exceeds n_vocab={model.hparams.n_vocab}")
+        # shown: what the caller gave (echoed); rows: what the model reads (<|endoftext|> for
+        # an empty prompt, only the last n_ctx tokens with context="slide")
+        self.shown = [self._encode(p) if is_text else self._check_row(p) for p in prompts]
+        self.rows = [s if s else self._start_token() for s in self.shown]
+        longest = max(len(r) for r in self.rows)
+        n_ctx = model.hparams.n_ctx
+        if opts.context == "error" and longest + opts.max_new_tokens > n_ctx:
+            raise ValueError(
+                f"prompt of {longest} tokens + max_new_tokens={opts.max_new_tokens} exceeds the "
+                f"model's context n_ctx={n_ctx}; shorten them or pass context='slide' "
+                "(--context slide on the command line)"
+            )
+        self.rows = [r[-n_ctx:] for r in self.rows]
+        self.token_text = self._token_text() if opts.logprobs is not None else None
+        n = opts.n
+        self.states = [self._new_state() for _ in range(len(self.rows) * n)]
+        # sample j of prompt b is row b * n + j: its whole sequence, grown as we go
+        self.seqs = [list(r) for r in self.rows for _ in range(n)]
+        self.n_prompt = [len(r) for r in self.rows for _ in range(n)]
+        self.rngs = row_generators(opts.seed, len(self.rows), n)
+        self.prompt_scores: list[tuple[list[Optional[float]], list[Any]]] = []
+
+    # -- prompts -------------------------------------------------------------------------------
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.model.tokenizer.encode(text, allowed_special={"<|endoftext|>"}))
+
+    def _check_row(self, ids: Any) -> list[int]:
+        if isinstance(ids, str) or (isinstance(ids, np.ndarray) and ids.ndim != 1):
+            raise TypeError("each prompt of a batch of ids must be a 1-D sequence of ints")
+        return self.model.check_ids(ids)[0].tolist() if len(ids) else []
+
+    def _start_token(self) -> list[int]:
+        if self.eot is None:
+            raise ValueError(
+                "an empty prompt starts from <|endoftext|>, but this model's vocabulary has none "
+                "(pass tokenizer= with an eot_token to GPT2, or give a prompt)"
+            )
+        return [self.eot]
+
+    def _token_text(self) -> Any:
+        """tokenizer.decode of one id, or None when the model has no tokenizer to decode with."""
+        try:
+            tokenizer = self.model.tokenizer
+        except ValueError:  # a vocabulary other than GPT-2's and no tokenizer given
+            return None
+        if not hasattr(tokenizer, "decode"):
+            return None
+        return lambda token: tokenizer.decode([token])
+
+    def _new_state(self) -> Any:
+        if self.is_text:
+            return TextRow(self.model.tokenizer, self.opts.stops, self.eot)
+        return IdRow(self.eot)
+
+    # -- the prefill and the sampling loop ---------------------------------------------------
+
+    def prefill(self, max_len: int) -> tuple[np.ndarray, Any]:
+        """Run the prompts (left-padded) through a new cache in one pass; score them when their
+        log-probs are to be echoed.  -> (last logits [B, V], cache of B rows)"""
+        lengths = np.array([len(r) for r in self.rows])
+        T = int(lengths.max())
+        ids = np.zeros((len(self.rows), T), dtype=np.int64)  # padding is masked: any id will do
+        for b, r in enumerate(self.rows):
+            ids[b, T - len(r) :] = r
+        cache = self.model.new_cache(len(self.rows), max(max_len, T), pad=T - lengths)
+        score = self.opts.echo and self.opts.logprobs is not None and not self.prompt_scores
+        logits = self.model.forward_cached(ids, cache, last_only=not score)  # [B, T or 1, V]
+        if score:
+            for b, r in enumerate(self.rows):
+                self.prompt_scores.append(self._score_prompt(b, logits[b, T - len(r) :]))
+        return logits[:, -1], cache
+
+    def _score_prompt(self, b: int, logits: np.ndarray) -> tuple[list[Any], list[Any]]:
+        """The shown prompt's token log-probs (raw) and alternatives: None for the first token
+        and for tokens cut off by context="slide".   logits [len(row), V] of row b's positions"""
+        shown, row = self.shown[b], self.rows[b]
+        if not shown:  # unconditional: nothing of the prompt is shown
+            return [], []
+        lp = log_softmax(logits[:-1])  # [len - 1, V]: position t predicts token t + 1
+        chosen = lp[np.arange(len(row) - 1), row[1:]].tolist()
+        tops = [self._top(lp_t) for lp_t in lp]
+        cut = len(shown) - len(row)  # tokens before the window, or 0
+        return [None] * (cut + 1) + chosen, [[]] * (cut + 1) + tops
+
+    def steps(self) -> Iterator[list[Any]]:
+        """Run the decode loop; after each step yield every row's new output piece."""
+        opts, states, seqs = self.opts, self.states, self.seqs
+        if opts.max_new_tokens == 0:
+            if opts.echo and opts.logprobs is not None:
+                self.prefill(0)  # the prompts' own log-probs
+            return
+        n_ctx = self.model.hparams.n_ctx
+        longest = max(len(r) for r in self.rows)
+        # The last sampled token is never fed back, hence the - 1.
+        logits, cache = self.prefill(min(n_ctx, longest + opts.max_new_tokens - 1))
+        # one prefill for the n samples of each prompt: its logits now, its cache row copied n
+        # times before the first step needs it
+        logits, copied = np.repeat(logits, opts.n, axis=0), opts.n == 1
+        for step in range(opts.max_new_tokens):
+            live = [r for r, s in enumerate(states) if not s.done]
+            new = self._choose(logits[live], live)  # [len(live)]
+            pieces = [states[r].empty for r in range(len(states))]
+            for r, token in zip(live, new.tolist()):
+                seqs[r].append(token)
+                pieces[r] = states[r].push(token)
+            if step == opts.max_new_tokens - 1 or all(s.done for s in states):
+                break
+            yield pieces
+            if cache.length == cache.max_len:  # only with context="slide": recompute the window
+                self.rows = [s[-n_ctx:] for s in seqs]
+                logits, cache = self.prefill(n_ctx)  # one row per continuation
+                copied = True
+            else:
+                if not copied:
+                    cache.reorder(np.repeat(np.arange(cache.batch), opts.n))
+                    copied = True
+                last = np.array([s[-1] for s in seqs], dtype=np.int64)[:, None]  # [B, 1]
+                logits = self.model.forward_cached(last, cache, last_only=True)[:, 0]  # [B, V]
+        for r, s in enumerate(states):  # flush what rows held back (partial UTF-8, stop prefixes)
+            if not s.done:
+                pieces[r] = pieces[r] + s.finish()
+        yield pieces
+
+    def _choose(self, logits: np.ndarray, live: list[int]) -> np.ndarray:
+        """The next token of each live row, recording its log-prob when asked.
+        logits [R, V] of rows ``live``  ->  int64 [R]"""
+        opts = self.opts
+        z = logits
+        if opts.penalties.active:
+            z = logits.astype(np.float64)  # a copy, processed row by row in place
+            for i, r in enumerate(live):
+                ids = np.array(self.seqs[r], dtype=np.int64)
+                z[i] = opts.penalties.apply(z[i], ids, self.n_prompt[r], self.eot)
+        sampling = (opts.temperature, opts.top_k, opts.top_p)
+        new = sample(z, [self.rngs[r] for r in live], *sampling)
+        if opts.logprobs is not None:
+            if opts.logprobs_mode == "raw":
+                lp = log_softmax(logits)
+            else:
+                lp = log_probabilities(z, *sampling)
+            for i, r in enumerate(live):
+                self.states[r].note(float(lp[i, new[i]]), self._top(lp[i]))
+        return new
+
+    def _top(self, lp: np.ndarray) -> list[tuple[int, float]]:
+        """The ``logprobs`` most likely (id, log p) of one step, best first; no −∞ entries."""
+        top = top_k_indices(lp, self.opts.logprobs)
+        return [(int(t), float(lp[t])) for t in top if lp[t] > -np.inf]
+
+    # -- results ---------------------------------------------------------------------------------
+
+    def echo_pieces(self) -> list[Any]:
+        """The first streamed pieces with ``echo``: each continuation's prompt, else nothing."""
+        if not self.opts.echo:
+            return [self.states[0].empty] * len(self.states)
+        return [self._echo(r // self.opts.n) for r in range(len(self.states))]
+
+    def _echo(self, b: int) -> Any:
+        """Prompt b as the caller gave it: its text, or its ids."""
+        return self.prompts[b] if self.is_text else list(self.shown[b])
+
+    def results(self) -> list[Any]:
+        """One result per row: plain text/ids, or a Completion when log-probs were asked for."""
+        out = []
+        for r, state in enumerate(self.states):
+            b = r // self.opts.n
+            new = state.result()
+            if self.opts.logprobs is None:
+                out.append(self._echo(b) + new if self.opts.echo else new)
+            else:
+                out.append(self._completion(b, new, state.ids, state.logprobs, state.tops,
+                                            state.finish_reason))  # fmt: skip
+        return out
+
+    def beam_results(self) -> list[Any]:
+        """Beam search from one prefill (:func:`gpt2np.beam.beam_search`); the n best of each
+        prompt as plain text/ids or Completions, prompt-major."""
+        opts = self.opts
+        longest = max(len(r) for r in self.rows)
+        logits, cache = self.prefill(longest + max(opts.max_new_tokens - 1, 0))
+        found = beam_search(
+            self.model, cache, logits, self.rows, num_beams=opts.num_beams,
+            max_new_tokens=opts.max_new_tokens, length_penalty=opts.length_penalty,
+            early_stopping=opts.early_stopping, num_return=opts.n, penalties=opts.penalties,
+            eot=self.eot, logprobs=opts.logprobs, logprobs_mode=opts.logprobs_mode,
+        )  # fmt: skip
+        out = []
+        for b, hypotheses in enumerate(found):
+            for h in hypotheses:
+                state = self._new_state()
+                for token in h.ids:
+                    state.push(token)
+                new = state.result()
+                if opts.logprobs is None:
+                    out.append(self._echo(b) + new if opts.echo else new)
+                else:
+                    reason = "eot" if h.eot else "length"
+                    out.append(self._completion(b, new, h.ids, h.logprobs, h.tops, reason,
+                                                h.score))  # fmt: skip
+        return out
+
+    def _completion(
+        self,
+        b: int,
+        new: Any,
+        ids: list[int],
+        logprobs: list[float],
+        tops: list[Any],
+        reason: str,
+        score: Optional[float] = None,
+    ) -> Completion:
+        shown: list[int] = self.shown[b] if self.opts.echo else []
+        prompt_lps, prompt_tops = self.prompt_scores[b] if shown else ([], [])
+        text = None
+        if self.is_text:
+            text = self._echo(b) + new if self.opts.echo else new
+        return Completion(
+            text=text, ids=list(shown) + list(ids), token_logprobs=prompt_lps + list(logprobs),
+            top_logprobs=prompt_tops + list(tops), finish_reason=reason, n_prompt=len(shown),
+            logprobs_mode=self.opts.logprobs_mode, score=score, token_text=self.token_text,
+        )  # fmt: skip
+
+
+def _shape(results: list[Any], is_batch: bool, n: int) -> Any:
+    """Flat prompt-major results -> one per prompt (a list of n each when n > 1), unbatched
+    for a single prompt."""
+    if n > 1:
+        results = [results[i : i + n] for i in range(0, len(results), n)]
     return results if is_batch else results[0]
 
 
-def check_args(
-    prompt: Any,
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    top_k: int,
-    top_p: float,
-    seed: Any,
-    stop: Any,
-    stream: bool,
-    context: str,
-) -> tuple[bool, bool, list[Any], tuple[str, ...]]:
-    """Every check of :func:`generate`'s arguments that needs no model (so that
-    ``gpt2np.generate`` can make them before loading one).
-
-    -> (is_text, is_batch, prompts, stop strings), or ValueError/TypeError naming the argument.
-    """
-    _check_int("max_new_tokens", max_new_tokens)
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    check_sampling_args(temperature, top_k, top_p)
-    _check_seed(seed)
-    if context not in CONTEXT_MODES:
-        raise ValueError(f"context must be one of {CONTEXT_MODES}, got {context!r}")
-    is_text, is_batch, prompts = _split_prompt(prompt)
-    return is_text, is_batch, prompts, _check_stop(stop, is_text)
-
-
-def _steps(
-    model: GPT2,
-    rows: list[list[int]],
-    states: list[Any],
-    max_new_tokens: int,
-    sampling: tuple[float, int, float],
-    rngs: list[np.random.Generator],
-) -> Iterator[list[Any]]:
-    """Run the decode loop; after each step yield every row's new output piece."""
-    if max_new_tokens == 0:
-        return
-    n_ctx = model.hparams.n_ctx
-    seqs = [r[-n_ctx:] for r in rows]  # the whole sequence of each row, grown as we go
-    longest = max(len(s) for s in seqs)
-    # The last sampled token is never fed back, hence the - 1.
-    logits, cache = _prefill(model, seqs, min(n_ctx, longest + max_new_tokens - 1))
-    for step in range(max_new_tokens):
-        live = [b for b, s in enumerate(states) if not s.done]
-        new = sample(logits[live], [rngs[b] for b in live], *sampling)  # [len(live)]
-        pieces = [states[b].empty for b in range(len(states))]
-        for b, token in zip(live, new.tolist()):
-            seqs[b].append(token)
-            pieces[b] = states[b].push(token)
-        if step == max_new_tokens - 1 or all(s.done for s in states):
-            break
-        yield pieces
-        if cache.length == cache.max_len:  # only with context="slide": recompute the window
-            logits, cache = _prefill(model, [s[-n_ctx:] for s in seqs], n_ctx)
-        else:
-            last = np.array([s[-1] for s in seqs], dtype=np.int64)[:, None]  # [B, 1]
-            logits = model.forward_cached(last, cache, last_only=True)[:, 0]  # [B, V]
-    for b, s in enumerate(states):  # flush what rows held back (partial UTF-8, stop prefixes)
-        if not s.done:
-            pieces[b] = pieces[b] + s.finish()
-    yield pieces
-
-
-def _prefill(model: GPT2, seqs: list[list[int]], max_len: int) -> tuple[np.ndarray, Any]:
-    """Left-pad the rows, run them through a new cache in one pass.  -> (logits [B, V], cache)"""
-    lengths = np.array([len(s) for s in seqs])
-    T = int(lengths.max())
-    ids = np.zeros((len(seqs), T), dtype=np.int64)  # the padding id is masked, any id will do
-    for b, s in enumerate(seqs):
-        ids[b, T - len(s) :] = s
-    cache = model.new_cache(len(seqs), max(max_len, T), pad=T - lengths)
-    return model.forward_cached(ids, cache, last_only=True)[:, 0], cache
-
-
-def _stream(steps: Iterator[list[Any]], is_batch: bool) -> Iterator[Any]:
+def _stream(first: list[Any], steps: Iterator[list[Any]], is_batch: bool, n: int) -> Iterator[Any]:
+    """The pieces of every step that produced any, shaped like the result (the echoed prompts
+    first)."""
+    if any(first):
+        yield _shape(first, is_batch, n)
     for pieces in steps:
-        if is_batch:
-            if any(pieces):
-                yield pieces
-        elif pieces[0]:
-            yield pieces[0]
-
-
-class _IdRow:
-    """One row of an id prompt: collects the new ids until <|endoftext|>."""
-
-    def __init__(self, eot: Optional[int]) -> None:
-        self.eot, self.ids, self.done = eot, [], False
-
-    @property
-    def empty(self) -> list[int]:
-        return []
-
-    def push(self, token: int) -> list[int]:
-        if token == self.eot:
-            self.done = True
-            return []
-        self.ids.append(token)
-        return [token]
-
-    def finish(self) -> list[int]:
-        self.done = True
-        return []
-
-    def result(self) -> list[int]:
-        return self.ids
-
-
-class _TextRow:
-    """One row of a text prompt: decodes incrementally, finds stop strings, holds back text.
-
-    ``pending`` is the decoded text not handed out yet: the tail that could still become the
-    start of a stop string. Only it is searched, so a step costs the length of the new text
-    plus the longest stop string, not of the whole continuation. The non-streamed result is
-    computed from all ids with ``tokenizer.decode`` (see :meth:`result`), not from the stream.
-    """
-
-    empty = ""
-
-    def __init__(self, tokenizer: Any, stops: tuple[str, ...], eot: Optional[int]) -> None:
-        self.tokenizer, self.stops, self.eot = tokenizer, stops, eot
-        self.decoder = tokenizer.stream_decoder()
-        self.ids: list[int] = []
-        self.pending, self.done = "", False
-
-    def push(self, token: int) -> str:
-        if token == self.eot:
-            return self.finish()
-        self.ids.append(token)
-        self.pending += self.decoder.feed(token)
-        return self._advance(final=False)
-
-    def finish(self) -> str:
-        self.done = True
-        self.pending += self.decoder.flush()
-        return self._advance(final=True)
-
-    def _advance(self, final: bool) -> str:
-        cut = _first_stop(self.pending, self.stops)
-        if cut is not None:
-            self.done = True
-            end = cut
-        elif final:
-            end = len(self.pending)
-        else:
-            end = len(self.pending) - _holdback(self.pending, self.stops)
-        piece, self.pending = self.pending[:end], self.pending[end:]
-        return piece
-
-    def result(self) -> str:
-        text = self.tokenizer.decode(self.ids)
-        cut = _first_stop(text, self.stops)
-        return text if cut is None else text[:cut]
-
-
-def _first_stop(text: str, stops: tuple[str, ...]) -> Optional[int]:
-    """Index of the earliest occurrence of any stop string in ``text``, or None."""
-    found = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return min(found) if found else None
-
-
-def _holdback(text: str, stops: tuple[str, ...]) -> int:
-    """Length of the longest suffix of ``text`` that a stop string starts with."""
-    longest = min(len(text), max((len(s) for s in stops), default=1) - 1)
-    for n in range(longest, 0, -1):
-        if any(s.startswith(text[-n:]) for s in stops):
-            return n
-    return 0
-
-
-def _split_prompt(prompt: Any) -> tuple[bool, bool, list[Any]]:
-    """-> (is_text, is_batch, prompts) or TypeError/ValueError for what cannot be a prompt."""
-    if isinstance(prompt, str):
-        return True, False, [prompt]
-    if isinstance(prompt, np.ndarray):
-        if prompt.ndim == 2:
-            if len(prompt) == 0:
-                raise ValueError(f"prompt is an empty batch of ids, shape {prompt.shape}")
-            return False, True, list(prompt)
-        return False, False, [prompt]
-    if not isinstance(prompt, (list, tuple)):
-        raise TypeError(
-            f"prompt must be a str, token ids, or a list of those; got {type(prompt).__name__}"
-        )
-    if len(prompt) == 0:
-        raise ValueError("prompt is empty; give text, token ids, or a list of prompts")
-    if all(isinstance(p, str) for p in prompt):
-        return True, True, list(prompt)
-    if all(_is_int(p) for p in prompt):
-        return False, False, [prompt]
-    if all(isinstance(p, (list, tuple, np.ndarray)) for p in prompt):
-        return False, True, list(prompt)
-    raise TypeError("a batch prompt must be all str or all lists of token ids, not a mix")
-
-
-def _encode(model: GPT2, text: str) -> list[int]:
-    if not text:
-        raise ValueError("prompt is the empty string; give at least one character")
-    return list(model.tokenizer.encode(text, allowed_special={"<|endoftext|>"}))
-
-
-def _check_row(model: GPT2, ids: Any) -> list[int]:
-    if isinstance(ids, str) or (isinstance(ids, np.ndarray) and ids.ndim != 1):
-        raise TypeError("each prompt of a batch of ids must be a 1-D sequence of ints")
-    if len(ids) == 0:
-        raise ValueError("prompt ids are empty; give at least one token id")
-    return model.check_ids(ids)[0].tolist()
-
-
-def _check_stop(stop: Any, is_text: bool) -> tuple[str, ...]:
-    if stop is None:
-        return ()
-    stops = (stop,) if isinstance(stop, str) else stop
-    if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) for s in stops):
-        raise TypeError(f"stop must be a str or a list of str, got {stop!r}")
-    if any(s == "" for s in stops):
-        raise ValueError("stop strings must not be empty")
-    if stops and not is_text:
-        raise ValueError("stop strings need a text prompt (the prompt here is token ids)")
-    return tuple(stops)
-
-
-def _check_int(name: str, value: Any) -> None:
-    if not _is_int(value):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _row_generators(seed: Any, batch: int) -> list[np.random.Generator]:
-    """One Generator per row: the same seed for each (so a row equals its prompt alone); a
-    Generator passed in is shared; None gives every row fresh OS entropy."""
-    if isinstance(seed, np.random.Generator):
-        return [seed] * batch
-    return [np.random.default_rng(seed) for _ in range(batch)]
-
-
-def _check_seed(seed: Any) -> None:
-    if seed is None or isinstance(seed, np.random.Generator):
-        return
-    if not _is_int(seed):
-        raise TypeError(f"seed must be an int, a numpy Generator or None, got {seed!r}")
-    if seed < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
+        if any(pieces):
+            yield _shape(pieces, is_batch, n)

@@ -191,31 +191,57 @@ class GPT2:
 
     def generate(
         self,
-        prompt: Any,
+        prompt: Any = None,
         max_new_tokens: Optional[int] = None,
         *,
-        temperature: float = 1.0,
+        temperature: Optional[float] = None,
         top_k: int = 0,
         top_p: float = 1.0,
         seed: Any = None,
         stop: Any = None,
         stream: bool = False,
         context: str = "error",
+        n: int = 1,
+        num_return_sequences: Optional[int] = None,
+        logprobs: Optional[int] = None,
+        logprobs_mode: str = "processed",
+        echo: bool = False,
+        repetition_penalty: float = 1.0,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        no_repeat_ngram_size: int = 0,
+        min_new_tokens: int = 0,
+        bad_words_ids: Any = None,
+        logits_processors: Any = None,
+        num_beams: int = 1,
+        length_penalty: float = 1.0,
+        early_stopping: Any = False,
         progress: Optional[bool] = None,
     ) -> Any:
         """Continue ``prompt``: a str gives a str, token ids give the list of new ids, a list of
-        prompts gives a list. ``temperature=0`` is greedy; ``top_k``/``top_p`` filter (0 and 1.0
-        are off); ``seed`` (int) makes sampling reproducible; ``stop`` str(s) end a row and are
-        cut; ``stream=True`` yields pieces; ``context="slide"`` keeps the last n_ctx tokens
-        instead of raising; ``progress`` (:mod:`gpt2np.progress`) a bar over the tokens when
-        not streaming. ``max_new_tokens`` defaults to the checkpoint's generation_config.json
-        (its max_new_tokens, or max_length less the longest prompt), else 50. See
-        :func:`gpt2np.generation.generate`."""
+        prompts gives a list; no prompt (None or "") gives an unconditional sample.
+        ``temperature=0`` is greedy; ``top_k``/``top_p`` filter (0 and 1.0 are off); ``seed``
+        (int) makes sampling reproducible; ``n`` samples per prompt; ``logprobs=k`` returns
+        :class:`gpt2np.Completion` results with per-token log-probs and k alternatives;
+        ``echo`` includes the prompt; penalties and ``logits_processors`` change the logits;
+        ``num_beams`` runs beam search; ``stop`` str(s) end a row and are cut;
+        ``stream=True`` yields pieces; ``context="slide"`` keeps the last n_ctx tokens instead
+        of raising; ``progress`` (:mod:`gpt2np.progress`) a bar over the tokens when not
+        streaming. ``max_new_tokens`` defaults to the checkpoint's generation_config.json (its
+        max_new_tokens, or max_length less the longest prompt), else 50. See
+        :func:`gpt2np.generation.generate` for each argument."""
         if max_new_tokens is None:
             max_new_tokens = self.default_max_new_tokens(prompt)
         return generate(
             prompt, self, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-            top_p=top_p, seed=seed, stop=stop, stream=stream, context=context, progress=progress,
+            top_p=top_p, seed=seed, stop=stop, stream=stream, context=context, n=n,
+            num_return_sequences=num_return_sequences, logprobs=logprobs,
+            logprobs_mode=logprobs_mode, echo=echo, repetition_penalty=repetition_penalty,
+            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
+            no_repeat_ngram_size=no_repeat_ngram_size, min_new_tokens=min_new_tokens,
+            bad_words_ids=bad_words_ids, logits_processors=logits_processors,
+            num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping,
+            progress=progress,
         )  # fmt: skip
 
     def default_max_new_tokens(self, prompt: Any) -> int:
@@ -227,14 +253,22 @@ class GPT2:
             return config["max_new_tokens"]
         if "max_length" not in config:
             return 50
-        rows = (
-            [prompt] if isinstance(prompt, str) or not isinstance(prompt, (list, tuple)) else prompt
-        )
-        if rows and not isinstance(rows[0], (str, list, tuple, np.ndarray)):
-            rows = [prompt]  # one row of ids
-        lengths = [len(self.tokenizer.encode(r, allowed_special="all")) if isinstance(r, str)
-                   else int(np.shape(r)[-1]) for r in rows]  # fmt: skip
+        rows = [prompt]  # one prompt: None, text, or ids
+        if isinstance(prompt, np.ndarray) and prompt.ndim == 2:
+            rows = list(prompt)
+        elif isinstance(prompt, (list, tuple)) and prompt and not isinstance(prompt[0], int):
+            if isinstance(prompt[0], (str, list, tuple, np.ndarray)):
+                rows = list(prompt)  # a batch
+        lengths = [self._prompt_length(r) for r in rows]
         return max(0, config["max_length"] - max(lengths, default=0))
+
+    def _prompt_length(self, prompt: Any) -> int:
+        """Tokens the model reads for one prompt; an empty one starts from <|endoftext|>."""
+        if prompt is None:
+            return 1
+        if isinstance(prompt, str):
+            return max(1, len(self.tokenizer.encode(prompt, allowed_special="all")))
+        return max(1, int(np.size(prompt)))
 
     def score(
         self,

@@ -78,15 +78,23 @@ class KVCache:
         """Make new row i a copy of old row ``rows[i]``: rows may repeat, be dropped or permuted.
 
         Beam search keeps the best continuations after each step, n samples start from one
-        prompt's prefill. Only the filled part ``[..., :length, :]`` is copied; when the number
-        of rows stays the same the buffer is reused.
+        prompt's prefill. Only the filled part ``[..., :length, :]`` is copied. When the number
+        of rows stays the same the buffer is reused and only the rows that change are written
+        (beam search mostly keeps a beam where it is: the identity copies nothing).
         """
         rows = np.asarray(rows, dtype=np.intp)  # [B_new]
-        filled = self.kv[:, rows, ..., : self.length, :]  # [L, B_new, 2, H, length, Dh], a copy
-        if len(rows) != self.batch:
+        if len(rows) == self.batch:
+            changed = np.flatnonzero(rows != np.arange(len(rows)))
+            # the right side is gathered first (fancy indexing copies): a row that is both a
+            # source and a destination is read before it is overwritten
+            if changed.size:
+                n = self.length
+                self.kv[:, changed, ..., :n, :] = self.kv[:, rows[changed], ..., :n, :]
+        else:
+            filled = self.kv[:, rows, ..., : self.length, :]  # [L, B_new, 2, H, length, Dh]
             shape = (self.kv.shape[0], len(rows), *self.kv.shape[2:])
             self.kv = np.zeros(shape, dtype=self.kv.dtype)
-        self.kv[..., : self.length, :] = filled
+            self.kv[..., : self.length, :] = filled
         self.pad = self.pad[rows]
         if self.key_mask is not None:
             self.key_mask = self.key_mask[rows]

@@ -17,6 +17,12 @@ Removed tokens get probability exactly 0 (``-inf`` logits instead of OpenAI's -1
 Sampling draws one uniform number u per row from a ``numpy.random.Generator`` and takes the
 first id whose cumulative probability exceeds u (inverse-CDF), so a seeded generator gives the
 same ids run to run and a row consumes exactly one draw per token.
+
+:func:`log_probabilities` is the log of the distribution a token is drawn from (after
+temperature, top-k and top-p; −∞ for the removed ids), or for greedy decoding the log-softmax of
+the logits it takes the argmax of: what HF's ``compute_transition_scores(...,
+normalize_logits=True)`` reports. :func:`log_softmax` of the logits alone is the model's own
+distribution, which OpenAI's API reports.
 """
 
 from __future__ import annotations
@@ -31,8 +37,11 @@ from .layers import softmax
 __all__ = [
     "check_sampling_args",
     "filter_logits",
+    "log_probabilities",
+    "log_softmax",
     "probabilities",
     "sample",
+    "top_k_indices",
     "top_k_logits",
     "top_p_logits",
 ]
@@ -114,6 +123,29 @@ def _probabilities(logits: np.ndarray, temperature: float, top_k: int, top_p: fl
     return _softmax64(filter_logits(logits, temperature, top_k, top_p))
 
 
+def log_probabilities(
+    logits: np.ndarray, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> np.ndarray:
+    """log of the distribution the next token is drawn from.   [..., V] -> float64 [..., V]
+
+    log_softmax(filter_logits(logits)) when sampling, −∞ for the ids the filters removed; for
+    greedy decoding (temperature 0), log_softmax(logits), the distribution whose argmax it takes.
+    """
+    check_sampling_args(temperature, top_k, top_p)
+    logits = _check_logits(logits)
+    if temperature == 0:
+        return log_softmax(logits)
+    return log_softmax(filter_logits(logits, temperature, top_k, top_p))
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """log softmax along the last axis in float64: z - max z - log Σ exp(z - max z); −∞ stays
+    −∞.   [..., V] -> float64 [..., V]"""
+    x = np.asarray(logits, dtype=np.float64)
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
 def sample(
     logits: np.ndarray,
     rngs: Sequence[np.random.Generator],
@@ -145,6 +177,18 @@ def sample(
             i = int(np.flatnonzero(probs[b])[-1])  # the last id with probability > 0
         out[b] = i
     return out
+
+
+def top_k_indices(x: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest entries of a 1-D array, largest first; equal entries in the
+    order of their indices (what a stable sort gives).   [N] -> int64 [min(k, N)]"""
+    k = min(k, len(x))
+    if k == 0:
+        return np.zeros(0, dtype=np.int64)
+    kth = np.partition(x, len(x) - k)[len(x) - k]  # the k-th largest value
+    candidates = np.flatnonzero(x >= kth)  # all of the top k, and any ties with the k-th
+    order = np.lexsort((candidates, -x[candidates]))  # by value descending, then index
+    return candidates[order[:k]].astype(np.int64)
 
 
 def _check_logits(logits: np.ndarray) -> np.ndarray:

@@ -1,0 +1,139 @@
+"""What a generation returns when log-probabilities are asked for: :class:`Completion`.
+
+``model.generate(prompt, logprobs=k)`` returns one ``Completion`` per continuation instead of a
+plain ``str`` or id list: the text and ids, each token's log-probability, the ``k`` most likely
+alternatives at each step (OpenAI's ``logprobs=k``; ``k = 0`` gives only the chosen tokens'),
+and why it ended. Printed (or shown in a notebook), it is a table::
+
+    finish_reason=length  5 tokens  logprob -9.114  (processed distribution)
+    ' was found in a field'
+       #  token          id    logprob     prob   top 3
+       0  ' was'        373     -1.779   16.88%   ' was' -1.779 | ' is' -2.130 | ',' -2.667
+       ...
+
+Which distribution: ``logprobs_mode="processed"`` (the default) reports the distribution each
+token was chosen from: after the penalties, temperature, top-k and top-p (−∞ for what they
+removed), or for greedy decoding the softmax of the penalised logits whose argmax it took, and
+in beam search the log-probabilities the beam scores add up (HF's ``output_scores`` and
+``compute_transition_scores``). ``logprobs_mode="raw"`` reports the model's own distribution,
+log_softmax of its logits, whatever the decoding did (OpenAI's API and vLLM's default). They are
+the same for plain sampling at temperature 1 with no filter or penalty. "processed" is the
+default because it is what the decoder did: a sample's log-probs then sum to its
+log-probability under the sampler (for beam search, to the beam's score), which is what
+importance weights, sequence scores and "why did it pick that?" need; "raw" answers "what did
+the model think", independently of the decoding settings. The echoed prompt's
+tokens (``echo=True``) were not chosen by the decoder, so they are always scored under the raw
+distribution, as :meth:`gpt2np.GPT2.score` scores them; the first has no context and no score.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Optional
+
+__all__ = ["FINISH_REASONS", "LOGPROBS_MODES", "Completion"]
+
+#: Why a continuation ended: max_new_tokens reached, a stop string, or <|endoftext|>.
+FINISH_REASONS = ("length", "stop", "eot")
+#: Which distribution ``token_logprobs`` and ``top_logprobs`` come from (see the module docstring).
+LOGPROBS_MODES = ("processed", "raw")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Completion:
+    """One continuation with its log-probabilities (natural log).
+
+    text            the continuation (after the prompt's text with ``echo=True``); None when the
+                    prompt was token ids
+    ids             the token ids: the echoed prompt's first (``n_prompt`` of them), then the new
+                    tokens; <|endoftext|> is not included
+    token_logprobs  log p of each id under ``logprobs_mode``'s distribution (None where a
+                    prompt token has no context)
+    top_logprobs    per id, the k most likely (id, log p) of that step, best first, ties by the
+                    lower id; ids with probability 0 are left out
+    finish_reason   "length", "stop" (a stop string; ``text`` is cut before it, ``ids`` keep
+                    every generated token) or "eot"
+    n_prompt        how many of ``ids`` are the echoed prompt
+    logprobs_mode   "processed" or "raw"
+    score           beam search: the hypothesis' score, sum of its processed log-probs divided
+                    by (number of new tokens, <|endoftext|> included) ** length_penalty
+    """
+
+    text: Optional[str]
+    ids: list[int]
+    token_logprobs: list[Optional[float]]
+    top_logprobs: list[list[tuple[int, float]]]
+    finish_reason: str
+    n_prompt: int = 0
+    logprobs_mode: str = "processed"
+    score: Optional[float] = None
+    token_text: Optional[Callable[[int], str]] = dataclasses.field(default=None, repr=False)
+
+    @property
+    def new_ids(self) -> list[int]:
+        """The generated ids (without the echoed prompt)."""
+        return self.ids[self.n_prompt :]
+
+    @property
+    def tokens(self) -> Optional[list[str]]:
+        """Each id as text (a token that is part of a UTF-8 character shows as U+FFFD), when
+        the model has a tokenizer; else None."""
+        return None if self.token_text is None else [self.token_text(t) for t in self.ids]
+
+    @property
+    def logprob(self) -> float:
+        """Sum of the generated tokens' log-probabilities: the log-probability of the whole
+        continuation under ``logprobs_mode``'s distribution."""
+        return math.fsum(lp for lp in self.token_logprobs[self.n_prompt :] if lp is not None)
+
+    def table(self, max_rows: Optional[int] = None) -> str:
+        """The readable form: a header, the text, then one row per token (the first
+        ``max_rows``)."""
+        n_new = len(self.ids) - self.n_prompt
+        head = f"finish_reason={self.finish_reason}  {n_new} tokens  logprob {self.logprob:.3f}"
+        head += f"  ({self.logprobs_mode} distribution)"
+        if self.score is not None:
+            head += f"  beam score {self.score:.4f}"
+        lines = [head]
+        if self.text is not None:
+            lines.append(repr(self.text))
+        k = max((len(t) for t in self.top_logprobs), default=0)
+        lines.append(f"{'#':>4}  {'token':<14}{'id':>7} {'logprob':>10} {'prob':>8}" +
+                     (f"   top {k}" if k else ""))  # fmt: skip
+        rows = range(len(self.ids)) if max_rows is None else range(min(max_rows, len(self.ids)))
+        for i in rows:
+            lines.append(self._row(i))
+        if len(rows) < len(self.ids):
+            lines.append(f"  ... {len(self.ids) - len(rows)} more")
+        return "\n".join(lines)
+
+    def _row(self, i: int) -> str:
+        index = f"p{i}" if i < self.n_prompt else str(i - self.n_prompt)
+        lp = self.token_logprobs[i]
+        where = f"{lp:10.3f} {_percent(math.exp(lp))}" if lp is not None else f"{'-':>10} {'-':>8}"
+        alts = " | ".join(f"{self._text(t)} {v:.3f}" for t, v in self.top_logprobs[i])
+        return f"{index:>4}  {self._text(self.ids[i]):<14.14}{self.ids[i]:>7} {where}   {alts}"
+
+    def _text(self, token: int) -> str:
+        if self.token_text is None:
+            return str(token)
+        return repr(self.token_text(token))
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def __repr__(self) -> str:
+        return (
+            f"Completion(text={self.text!r}, ids={self.ids}, finish_reason="
+            f"{self.finish_reason!r}, logprob={self.logprob:.4f})"
+        )
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """IPython and Jupyter show the table."""
+        printer.text(self.table())
+
+
+def _percent(p: float) -> str:
+    """A probability as 8 characters: 17.20%, or 3.1e-07 when it would round to 0.00%."""
+    return f"{p:8.2%}" if p >= 5e-5 or p == 0 else f"{p:8.1e}"
