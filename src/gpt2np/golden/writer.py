@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 __all__ = ["dump"]
 
 
+#: Where a tensor goes in the file: its (dtype, shape, axes).
+Slot = tuple[np.dtype, tuple[int, ...], str]
 _ROWS_PER_LOSS_STEP = 64  # logits rows whose log-softmax is taken at once (bounds the temporaries)
 
 
@@ -102,7 +104,7 @@ def dump(
 
 def _float_dtype(dtype: Any) -> np.dtype:
     try:
-        dt = np.dtype(dtype)
+        dt: np.dtype = np.dtype(dtype)
     except TypeError:
         raise ValueError(f"dtype {dtype!r} is not a numpy dtype; use float32 or float64") from None
     if not np.issubdtype(dt, np.floating):
@@ -110,11 +112,11 @@ def _float_dtype(dtype: Any) -> np.dtype:
     return dt
 
 
-def _layout(model: GPT2, batch: Batch, traced: list[str]) -> dict[str, tuple[np.dtype, tuple, str]]:
+def _layout(model: GPT2, batch: Batch, traced: list[str]) -> dict[str, Slot]:
     """name -> (dtype, shape, axes) of every tensor, in the file's order."""
     h, f, i64 = model.hparams, model.dtype, np.dtype(np.int64)
     B, T, P = batch.B, batch.T, batch.T_past
-    layout = {"ids": (i64, (B, T), "B T")}
+    layout: dict[str, Slot] = {"ids": (i64, (B, T), "B T")}
     if P:
         layout["prefix_ids"] = (i64, (B, P), "B P")
     if batch.targets is not None:
@@ -133,7 +135,7 @@ def _layout(model: GPT2, batch: Batch, traced: list[str]) -> dict[str, tuple[np.
 class _Out:
     """Writes whole tensors, or one row of one, to their places in the archive."""
 
-    def __init__(self, z: AlignedZip, layout: dict[str, tuple[np.dtype, tuple, str]]) -> None:
+    def __init__(self, z: AlignedZip, layout: dict[str, Slot]) -> None:
         self.z, self.layout = z, layout
         self.headers = {name: header_bytes(d, s) for name, (d, s, _) in layout.items()}
 
@@ -141,7 +143,7 @@ class _Out:
         dtype, shape, _ = self.layout[name]
         if a.shape != shape:
             raise AssertionError(f"{name}: computed {a.shape}, laid out {shape}")
-        self.z.write(name + ".npy", len(self.headers[name]), np.ascontiguousarray(a, dtype))
+        self.z.write(name + ".npy", len(self.headers[name]), np.ascontiguousarray(a, dtype).data)
 
     def row(self, name: str, b: int, a: np.ndarray) -> None:
         """``a`` [1, ...] is row b's tensor for its real tokens only: it goes to the end of each
@@ -154,7 +156,7 @@ class _Out:
         )
         full[where] = a[0]
         at = len(self.headers[name]) + b * full.nbytes
-        self.z.write(name + ".npy", at, full)
+        self.z.write(name + ".npy", at, full.data)
 
 
 def _run(model: GPT2, batch: Batch, out: _Out, traced: list[str]) -> None:
@@ -221,7 +223,7 @@ def _loss(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
 def _write_atomically(
     path: pathlib.Path,
     manifest: dict[str, Any],
-    layout: dict[str, tuple[np.dtype, tuple, str]],
+    layout: dict[str, Slot],
     produce: Callable[[_Out], None],
 ) -> None:
     """Lay the archive out, ``produce`` every tensor into it under a temporary name beside
@@ -253,7 +255,7 @@ def _write_atomically(
 
 
 def _fix_layout(
-    f: Any, manifest: dict[str, Any], layout: dict[str, tuple[np.dtype, tuple, str]]
+    f: Any, manifest: dict[str, Any], layout: dict[str, Slot]
 ) -> tuple[AlignedZip, bytes]:
     """The archive's layout and the manifest's bytes: the manifest lists every tensor's offset,
     which depends on the manifest's own length, so its JSON is padded with spaces to a length
