@@ -226,7 +226,7 @@ def write_safetensors(
             for name in order:
                 a = arrays[name]
                 a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
-                f.write(memoryview(a.reshape(-1)).cast("B"))
+                f.write(a.reshape(-1).data.cast("B"))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
