@@ -1,7 +1,10 @@
 """Faster kernels that compute what the clear ones compute, kept apart so the clear ones stay
 readable. Each is tested equal to its clear twin (tests/test_fast.py). :class:`Kernels` bundles
-them: ``FAST`` holds these three, ``CLEAR`` their clear twins; generation's cached path
-(:func:`gpt2np.kvcache.forward_cached`) runs either.
+them: ``FAST`` holds the fast ones, ``CLEAR`` their clear twins; the cached path
+(:func:`gpt2np.kvcache.forward_cached`) runs either. FAST's attention is
+:func:`gpt2np.fast_attention.attend_tiled` and its LayerNorm
+:func:`gpt2np.fast_rows.layernorm_rows`, in modules of their own; both, and :func:`gelu_rows`,
+share long inputs out among threads (:mod:`gpt2np.parallel`).
 
 :func:`attend_blocked` is :func:`gpt2np.attention.attend` for a causal mask, done one block of
 queries at a time: a block of queries ``i0 … i1-1`` only needs keys ``0 … T_past + i1 - 1``, so
@@ -11,6 +14,7 @@ small enough to stay in cache while the softmax runs over them in place.
 :func:`gelu_inplace` is :func:`gpt2np.layers.gelu` written into its argument a few rows at a time:
 the clear one-liner makes about eight temporaries as large as the MLP's [B, T, 4D] hidden
 activations, and for a long prompt each is a fresh allocation that the kernel has to fault in.
+:func:`gelu_rows` runs it on the threads' shares of the rows.
 
 :func:`head_few_rows` is :func:`gpt2np.model.head` for a decode step of a small batch: it takes
 the product a slice of the vocabulary at a time with the slice of wte on the left, which OpenBLAS
@@ -25,10 +29,20 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .attention import attend, masked_score
-from .layers import SQRT_2_OVER_PI, gelu
+from .fast_attention import attend_tiled
+from .fast_rows import layernorm_rows, share_rows
+from .layers import SQRT_2_OVER_PI, gelu, layernorm
 from .model import head
 
-__all__ = ["CLEAR", "FAST", "Kernels", "attend_blocked", "gelu_inplace", "head_few_rows"]
+__all__ = [
+    "CLEAR",
+    "FAST",
+    "Kernels",
+    "attend_blocked",
+    "gelu_inplace",
+    "gelu_rows",
+    "head_few_rows",
+]
 
 #: Queries per block: [B, H, 128, S] float32 scores are 6 MB at S = 1024 for one sequence.
 BLOCK = 128
@@ -108,6 +122,19 @@ def gelu_inplace(x: np.ndarray, block: int = GELU_BLOCK) -> np.ndarray:
     return rows.reshape(x.shape)
 
 
+def gelu_rows(x: np.ndarray) -> np.ndarray:
+    """:func:`gelu_inplace` on x, its rows shared out among threads when there are many.
+
+    ``x`` is overwritten when its rows can be viewed without a copy (the caller owns it) and
+    the result returned.                                                          [...] -> [...]
+    """
+    if x.ndim < 2 or not x.flags.c_contiguous:
+        return gelu_inplace(x)
+    rows = x.reshape(-1, x.shape[-1])  # a view
+    share_rows(lambda r: gelu_inplace(rows[r]), rows.shape[0], rows.size)
+    return x
+
+
 def head_few_rows(h: np.ndarray, wte: np.ndarray, vocab_slice: int = VOCAB_SLICE) -> np.ndarray:
     """logits = h · wteᵀ like :func:`gpt2np.model.head`.     [..., D] @ [D, V] -> [..., V]
 
@@ -130,16 +157,18 @@ def head_few_rows(h: np.ndarray, wte: np.ndarray, vocab_slice: int = VOCAB_SLICE
 
 class Kernels(NamedTuple):
     """The functions a cached forward pass does its heavy work with (attention's core, the
-    MLP's activation, the head), so that one composition runs the clear ones or the fast ones.
+    MLP's activation, the head, LayerNorm), so that one composition runs the clear ones or the
+    fast ones.
 
     attend(q, k, v, mask) -> [B, H, T, Dh]; act(u) -> gelu(u) (may overwrite u, which the
-    caller owns); head(h, wte) -> logits.
+    caller owns); head(h, wte) -> logits; norm(x, g, b) -> layernorm(x, g, b).
     """
 
     attend: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
     act: Callable[[np.ndarray], np.ndarray]
     head: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    norm: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
-CLEAR = Kernels(attend, gelu, head)
-FAST = Kernels(attend_blocked, gelu_inplace, head_few_rows)
+CLEAR = Kernels(attend, gelu, head, layernorm)
+FAST = Kernels(attend_tiled, gelu_rows, head_few_rows, layernorm_rows)

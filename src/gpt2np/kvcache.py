@@ -23,7 +23,7 @@ import numpy as np
 from .attention import causal_mask, merge_heads, split_heads
 from .fast import FAST, Kernels
 from .hparams import HParams
-from .layers import layernorm, linear
+from .layers import linear
 from .model import embed, positions_for
 
 __all__ = ["KVCache", "forward_cached", "forward_via_cache"]
@@ -118,7 +118,8 @@ def attention_cached(
     and values are written at ``start … start+T-1``. -> out [B, T, D]
     """
     qkv = linear(x, **c_attn)  # [B, T, D] -> [B, T, 3D]
-    q, k, v = (split_heads(a, n_head) for a in np.split(qkv, 3, axis=-1))  # 3 x [B, H, T, Dh]
+    D = x.shape[-1]  # slices rather than np.split, whose Python costs a decode step 12 × 20 µs
+    q, k, v = (split_heads(qkv[..., i * D : (i + 1) * D], n_head) for i in range(3))
     T = x.shape[1]
     end = start + T
     kv[:, 0, :, start:end] = k
@@ -148,15 +149,15 @@ def forward_cached(
     x = embed(params["wte"], params["wpe"], ids, cache.positions(T))  # [B, T, D]
     start, key_mask = cache.length, cache.key_mask
     for p, kv in zip(params["blocks"], cache.kv):  # kv: this layer's [B, 2, H, max_len, Dh]
-        a = layernorm(x, **p["ln_1"])
+        a = kernels.norm(x, **p["ln_1"])
         x = x + attention_cached(a, **p["attn"], n_head=hparams.n_head, kv=kv, start=start,
                                  key_mask=key_mask, kernels=kernels)  # fmt: skip
-        m = kernels.act(linear(layernorm(x, **p["ln_2"]), **p["mlp"]["c_fc"]))  # [B, T, 4D]
+        m = kernels.act(linear(kernels.norm(x, **p["ln_2"]), **p["mlp"]["c_fc"]))  # [B, T, 4D]
         x = x + linear(m, **p["mlp"]["c_proj"])  # [B, T, D]
     cache.length += T
-    h = layernorm(x, **params["ln_f"])  # [B, T, D]
     if last_only:
-        h = h[:, -1:]  # [B, 1, D]
+        x = x[:, -1:]  # [B, 1, D]: ln_f works row by row, so only the last row is needed
+    h = kernels.norm(x, **params["ln_f"])  # [B, T, D]
     return kernels.head(h, params["wte"])
 
 
