@@ -8,7 +8,7 @@ their own modules that take a model; the methods here are shortcuts to them.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -179,13 +179,25 @@ class GPT2:
         )  # fmt: skip
 
     def score(
-        self, text_or_ids: Any, stride: Optional[int] = None, max_len: Optional[int] = None
-    ) -> Score:
+        self,
+        text_or_ids: Any,
+        stride: Optional[int] = None,
+        max_len: Optional[int] = None,
+        *,
+        progress: Optional[bool] = None,
+        batch_size: Optional[int] = None,
+    ) -> Union[Score, list[Score]]:
         """Per-token log-probabilities (natural log), NLL and perplexity of a text or 1-D ids,
         with a strided sliding window of ``max_len`` (default n_ctx) tokens moving by ``stride``
         (default max_len // 2) for long inputs. Returns a :class:`gpt2np.Score` (ids,
-        token_logprobs, context_len, nll, perplexity, n_tokens); the first token is not scored."""
-        return score(self, text_or_ids, stride=stride, max_len=max_len)
+        token_logprobs, context_len, nll, perplexity, n_tokens); the first token is not scored.
+        A list of texts or of id lists is a batch and gives a list of Scores. ``progress``: a
+        bar over the windows (None: on a terminal or in a notebook); ``batch_size``: windows per
+        forward pass. See :func:`gpt2np.scoring.score`."""
+        return score(
+            self, text_or_ids, stride=stride, max_len=max_len, progress=progress,
+            batch_size=batch_size,
+        )  # fmt: skip
 
     def trace(self, ids: Any, past: Optional[np.ndarray] = None, names: Names = None) -> Trace:
         """Every intermediate of the forward pass by name (docs/tracing.md): a
