@@ -47,6 +47,8 @@ def qkv_from_cache(rng, B, H, T, T_past, Dh, dtype):
 CASES = [  # B, H, T, T_past, Dh
     (1, 3, 1, 0, 8),  # a decode step with nothing before it
     (2, 3, 1, 37, 8),  # a decode step
+    (1, 2, 1, 5000, 64),  # a decode step over more keys than one product may take: tiles
+    (1, 2, 3, 300, 64),  # a few queries: tiles of 1365 keys
     (2, 3, 5, 0, 8),  # one short block
     (1, 4, 130, 0, 64),  # three blocks, whole 64-key tiles and a partial block
     (2, 3, 257, 3, 16),  # tiles of 256 keys, a remainder in every block

@@ -43,6 +43,7 @@ __all__ = ["QUERIES", "TILE_MACS", "attend_tiled"]
 #: GEMM_MULTITHREAD_THRESHOLD, 4 × 65536): the size of every tile's product.
 TILE_MACS = 1 << 18
 
+
 #: Queries per block: the block's scores for one head and 1024 keys are 256 KiB of float32.
 QUERIES = 64
 
@@ -78,7 +79,7 @@ def attend_tiled(
         _attend_one_block(q, k, v, hidden, out)
         return out
     hidden = np.broadcast_to(hidden, (*hidden.shape[:2], T, S))
-    kt = max(1, TILE_MACS // (QUERIES * Dh))  # keys per tile
+    kt = max(1, TILE_MACS // (min(T, QUERIES) * Dh))  # keys per tile
     blocks = [(i0, min(i0 + QUERIES, T)) for i0 in range(0, T, QUERIES)]
     first = [_first_hidden_column(hidden[..., i0:i1, : S - T + i1]) for i0, i1 in blocks]
 
