@@ -189,3 +189,13 @@ def test_gelu_rows_equals_gelu(request, shape, threads) -> None:
     np.testing.assert_array_equal(got, gelu_inplace(x.copy()))  # the same kernel on each row
     strided = x.copy().transpose(*range(x.ndim)[::-1])  # not C-contiguous: computed in a copy
     np.testing.assert_allclose(gelu_rows(strided), gelu(x).T, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_inplace_at_the_extremes_raises_no_float_error(dtype) -> None:
+    """exp's argument is capped below overflow: no warning, and the limits of gelu."""
+    x = np.array([-1e6, -1e4, -100.0, -12.0, 0.0, 12.0, 100.0, 1e4, 1e6], dtype=dtype)
+    with np.errstate(over="raise", invalid="raise", divide="raise"):  # NumPy warns on these
+        got = gelu_inplace(x.copy())
+    assert np.all(got[:4] <= 0) and np.all(got[:4] > -1e-30)  # -0 or a tiny negative
+    np.testing.assert_array_equal(got[4:], x[4:])  # gelu(x) = x for large x (and 0 at 0)

@@ -11,7 +11,8 @@ queries at a time: a block of queries ``i0 … i1-1`` only needs keys ``0 … T_
 about half of the score matrix of a long prompt is never computed, and each block's scores are
 small enough to stay in cache while the softmax runs over them in place.
 
-:func:`gelu_inplace` is :func:`gpt2np.layers.gelu` written into its argument a few rows at a time:
+:func:`gelu_inplace` is :func:`gpt2np.layers.gelu` (as x·σ(2u), with exp instead of tanh) written
+into its argument a few rows at a time:
 the clear one-liner makes about eight temporaries as large as the MLP's [B, T, 4D] hidden
 activations, and for a long prompt each is a fresh allocation that the kernel has to fault in.
 :func:`gelu_rows` runs it on the threads' shares of the rows.
@@ -98,13 +99,20 @@ def gelu_inplace(x: np.ndarray, block: int = GELU_BLOCK) -> np.ndarray:
     ``x`` is overwritten (when its rows can be viewed without a copy, as for the contiguous
     arrays the MLP passes; otherwise a copy is) and the result returned, so the caller must own
     ``x``: the MLP passes it the fresh output of its first linear map. The same equation is
-    regrouped as 0.5·x·(1 + tanh(x·(c + c·0.044715·x²))), c = √(2/π), and run on blocks of
-    whole rows with one scratch block, so every pass stays in cache and nothing as large as
-    ``x`` is allocated.
+    written with the logistic function, since 0.5·(1 + tanh(u)) = 1 / (1 + exp(-2u)):
+
+        gelu(x) = x / (1 + exp(x · (c + c·0.044715·x²))),   c = -2·√(2/π)
+
+    NumPy's exp costs half its tanh, and this form has no 1 + tanh(u) to lose digits to where
+    tanh(u) is near -1. The exponent is capped below exp's overflow (gelu is -0 there anyway).
+    It runs on blocks of whole rows with one scratch block, so every pass stays in cache and
+    nothing as large as ``x`` is allocated.
     """
-    c = x.dtype.type(SQRT_2_OVER_PI)
-    c3 = x.dtype.type(SQRT_2_OVER_PI * 0.044715)
-    half = x.dtype.type(0.5)
+    dtype = x.dtype.type
+    c = dtype(-2.0 * SQRT_2_OVER_PI)
+    c3 = dtype(-2.0 * SQRT_2_OVER_PI * 0.044715)
+    cap = dtype(math.log(np.finfo(x.dtype).max) - 1.0)  # 87.7 in float32: exp stays finite
+    one = dtype(1.0)
     rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)  # a view of contiguous x
     step = max(1, block // max(1, rows.shape[1]))
     scratch = np.empty((min(step, rows.shape[0]), rows.shape[1]), dtype=x.dtype)
@@ -113,12 +121,12 @@ def gelu_inplace(x: np.ndarray, block: int = GELU_BLOCK) -> np.ndarray:
         t = scratch[: r.shape[0]]
         np.multiply(r, r, out=t)  # x²
         t *= c3
-        t += c  # c + c·0.044715·x²
-        t *= r  # √(2/π)·(x + 0.044715·x³)
-        np.tanh(t, out=t)
-        t *= half
-        t += half  # (1 + tanh(·)) / 2
-        r *= t
+        t += c
+        t *= r  # -2·√(2/π)·(x + 0.044715·x³)
+        np.minimum(t, cap, out=t)
+        np.exp(t, out=t)
+        t += one
+        r /= t  # x / (1 + exp(-2u)) = 0.5·x·(1 + tanh(u))
     return rows.reshape(x.shape)
 
 
