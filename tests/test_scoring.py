@@ -281,3 +281,22 @@ def test_live_against_hf_perplexity_recipe(stride):
     np.testing.assert_allclose(ours, losses, rtol=2e-6)
     assert s.n_scored == sum(counts) == len(ids) - 1
     assert s.perplexity == pytest.approx(hf_ppl, rel=2e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_batched_log_softmax_is_the_float64_one(dtype):
+    """The batched path's exp in the logits' dtype, summed in float64, against the float64
+    log-softmax of the same logits (which the clear path takes)."""
+    from gpt2np.scoring import _log_softmax_at, _log_softmax_at_in_place
+
+    rng = np.random.default_rng(0)
+    logits = (rng.standard_normal((300, 50257)) * 4).astype(dtype)
+    logits[0, :] = 0.0  # a flat row
+    logits[1, 7] = 80.0  # a row whose mass is on one token
+    targets = rng.integers(0, 50257, 300)
+    targets[1] = 7
+    expected = log_softmax64(logits)[np.arange(300), targets]
+    np.testing.assert_allclose(_log_softmax_at(logits, targets), expected, rtol=0, atol=1e-12)
+    got = _log_softmax_at_in_place(logits.copy(), targets)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=3e-7 if dtype == np.float32 else 1e-12)
+    assert got[1] == pytest.approx(0.0, abs=1e-7) and got[0] == pytest.approx(-np.log(50257))
