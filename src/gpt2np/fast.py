@@ -1,16 +1,21 @@
 """Faster kernels that compute what the clear ones compute, kept apart so the clear ones stay
 readable. Each is tested equal to its clear twin (tests/test_fast.py). :class:`Kernels` bundles
-them: ``FAST`` holds these three, ``CLEAR`` their clear twins; generation's cached path
-(:func:`gpt2np.kvcache.forward_cached`) runs either.
+them: ``FAST`` holds the fast ones, ``CLEAR`` their clear twins; the cached path
+(:func:`gpt2np.kvcache.forward_cached`) runs either. FAST's attention is
+:func:`gpt2np.fast_attention.attend_tiled` and its LayerNorm
+:func:`gpt2np.fast_rows.layernorm_rows`, in modules of their own; both, and :func:`gelu_rows`,
+share long inputs out among threads (:mod:`gpt2np.parallel`).
 
 :func:`attend_blocked` is :func:`gpt2np.attention.attend` for a causal mask, done one block of
 queries at a time: a block of queries ``i0 … i1-1`` only needs keys ``0 … T_past + i1 - 1``, so
 about half of the score matrix of a long prompt is never computed, and each block's scores are
 small enough to stay in cache while the softmax runs over them in place.
 
-:func:`gelu_inplace` is :func:`gpt2np.layers.gelu` written into its argument a few rows at a time:
+:func:`gelu_inplace` is :func:`gpt2np.layers.gelu` (as x·σ(2u), with exp instead of tanh) written
+into its argument a few rows at a time:
 the clear one-liner makes about eight temporaries as large as the MLP's [B, T, 4D] hidden
 activations, and for a long prompt each is a fresh allocation that the kernel has to fault in.
+:func:`gelu_rows` runs it on the threads' shares of the rows.
 
 :func:`head_few_rows` is :func:`gpt2np.model.head` for a decode step of a small batch: it takes
 the product a slice of the vocabulary at a time with the slice of wte on the left, which OpenBLAS
@@ -25,10 +30,20 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .attention import attend, masked_score
-from .layers import SQRT_2_OVER_PI, gelu
+from .fast_attention import attend_tiled
+from .fast_rows import layernorm_rows, share_rows
+from .layers import SQRT_2_OVER_PI, gelu, layernorm
 from .model import head
 
-__all__ = ["CLEAR", "FAST", "Kernels", "attend_blocked", "gelu_inplace", "head_few_rows"]
+__all__ = [
+    "CLEAR",
+    "FAST",
+    "Kernels",
+    "attend_blocked",
+    "gelu_inplace",
+    "gelu_rows",
+    "head_few_rows",
+]
 
 #: Queries per block: [B, H, 128, S] float32 scores are 6 MB at S = 1024 for one sequence.
 BLOCK = 128
@@ -90,13 +105,20 @@ def gelu_inplace(x: np.ndarray, block: int = GELU_BLOCK) -> np.ndarray:
     ``x`` is overwritten (when its rows can be viewed without a copy, as for the contiguous
     arrays the MLP passes; otherwise a copy is) and the result returned, so the caller must own
     ``x``: the MLP passes it the fresh output of its first linear map. The same equation is
-    regrouped as 0.5·x·(1 + tanh(x·(c + c·0.044715·x²))), c = √(2/π), and run on blocks of
-    whole rows with one scratch block, so every pass stays in cache and nothing as large as
-    ``x`` is allocated.
+    written with the logistic function, since 0.5·(1 + tanh(u)) = 1 / (1 + exp(-2u)):
+
+        gelu(x) = x / (1 + exp(x · (c + c·0.044715·x²))),   c = -2·√(2/π)
+
+    NumPy's exp costs half its tanh, and this form has no 1 + tanh(u) to lose digits to where
+    tanh(u) is near -1. The exponent is capped below exp's overflow (gelu is -0 there anyway).
+    It runs on blocks of whole rows with one scratch block, so every pass stays in cache and
+    nothing as large as ``x`` is allocated.
     """
-    c = x.dtype.type(SQRT_2_OVER_PI)
-    c3 = x.dtype.type(SQRT_2_OVER_PI * 0.044715)
-    half = x.dtype.type(0.5)
+    dtype = x.dtype.type
+    c = dtype(-2.0 * SQRT_2_OVER_PI)
+    c3 = dtype(-2.0 * SQRT_2_OVER_PI * 0.044715)
+    cap = dtype(math.log(np.finfo(x.dtype).max) - 1.0)  # 87.7 in float32: exp stays finite
+    one = dtype(1.0)
     rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)  # a view of contiguous x
     step = max(1, block // max(1, rows.shape[1]))
     scratch = np.empty((min(step, rows.shape[0]), rows.shape[1]), dtype=x.dtype)
@@ -105,13 +127,26 @@ def gelu_inplace(x: np.ndarray, block: int = GELU_BLOCK) -> np.ndarray:
         t = scratch[: r.shape[0]]
         np.multiply(r, r, out=t)  # x²
         t *= c3
-        t += c  # c + c·0.044715·x²
-        t *= r  # √(2/π)·(x + 0.044715·x³)
-        np.tanh(t, out=t)
-        t *= half
-        t += half  # (1 + tanh(·)) / 2
-        r *= t
+        t += c
+        t *= r  # -2·√(2/π)·(x + 0.044715·x³)
+        np.minimum(t, cap, out=t)
+        np.exp(t, out=t)
+        t += one
+        r /= t  # x / (1 + exp(-2u)) = 0.5·x·(1 + tanh(u))
     return rows.reshape(x.shape)
+
+
+def gelu_rows(x: np.ndarray) -> np.ndarray:
+    """:func:`gelu_inplace` on x, its rows shared out among threads when there are many.
+
+    ``x`` is overwritten when its rows can be viewed without a copy (the caller owns it) and
+    the result returned.                                                          [...] -> [...]
+    """
+    if x.ndim < 2 or not x.flags.c_contiguous:
+        return gelu_inplace(x)
+    rows = x.reshape(-1, x.shape[-1])  # a view
+    share_rows(lambda r: gelu_inplace(rows[r]), rows.shape[0], rows.size)
+    return x
 
 
 def head_few_rows(h: np.ndarray, wte: np.ndarray, vocab_slice: int = VOCAB_SLICE) -> np.ndarray:
@@ -136,17 +171,20 @@ def head_few_rows(h: np.ndarray, wte: np.ndarray, vocab_slice: int = VOCAB_SLICE
 
 class Kernels(NamedTuple):
     """The functions a cached forward pass does its heavy work with (attention's core, the
-    MLP's activation, the head), so that one composition runs the clear ones or the fast ones.
+    MLP's activation, the head, LayerNorm), so that one composition runs the clear ones or the
+    fast ones.
 
     attend(q, k, v, mask, scale=None) -> [B, H, T, Dh]; act(u) -> gelu(u), GPT-2's tanh GELU
     (may overwrite u, which the caller owns; a model with another activation runs the clear
-    :func:`gpt2np.layers.activation` instead); head(h, w) -> logits, for w = wte or lm_head.
+    :func:`gpt2np.layers.activation` instead); head(h, w) -> logits, for w = wte or lm_head;
+    norm(x, g, b, eps=1e-5) -> layernorm(x, g, b, eps).
     """
 
     attend: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
     act: Callable[[np.ndarray], np.ndarray]
     head: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    norm: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
-CLEAR = Kernels(attend, gelu, head)
-FAST = Kernels(attend_blocked, gelu_inplace, head_few_rows)
+CLEAR = Kernels(attend, gelu, head, layernorm)
+FAST = Kernels(attend_tiled, gelu_rows, head_few_rows, layernorm_rows)
