@@ -6,43 +6,11 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np.attention import attend, causal_mask
-from gpt2np.fast import CLEAR, FAST, attend_blocked, gelu_inplace, gelu_rows, head_few_rows
+from gpt2np.attention import causal_mask
+from gpt2np.fast import CLEAR, FAST, gelu_inplace, gelu_rows, head_few_rows
 from gpt2np.fast_rows import layernorm_rows
 from gpt2np.layers import gelu, layernorm
 from gpt2np.model import head
-
-
-@pytest.mark.parametrize("T, T_past", [(1, 0), (1, 37), (5, 0), (130, 0), (257, 3), (64, 64)])
-@pytest.mark.parametrize("block", [1, 7, 128])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_attend_blocked_equals_attend(T: int, T_past: int, block: int, dtype) -> None:
-    rng = np.random.default_rng(T * 1000 + T_past)
-    q = rng.standard_normal((2, 3, T, 8)).astype(dtype) * 2
-    k, v = (rng.standard_normal((2, 3, T_past + T, 8)).astype(dtype) * 2 for _ in range(2))
-    mask = causal_mask(T, T_past)
-    expected = attend(q, k, v, mask)
-    got = attend_blocked(q, k, v, mask, block=block)
-    assert got.dtype == dtype
-    tol = 2e-5 if dtype == np.float32 else 1e-13
-    np.testing.assert_allclose(got, expected, atol=tol, rtol=tol)
-
-
-def test_attend_blocked_with_padding_mask() -> None:
-    rng = np.random.default_rng(0)
-    T, S = 6, 10
-    q = rng.standard_normal((2, 2, T, 4))
-    k, v = rng.standard_normal((2, 2, 2, S, 4))
-    key_mask = np.arange(S) >= np.array([[0], [5]])  # row 1 has 5 padding keys
-    mask = causal_mask(T, S - T) & key_mask[:, None, None, :]  # [B, 1, T, S]
-    got, expected = attend_blocked(q, k, v, mask, block=4), attend(q, k, v, mask)
-    assert np.isfinite(got).all()
-    # a query that sees no key at all (padding) has a finite but unspecified output
-    sees_something = mask.any(-1)[..., None]  # [B, 1, T, 1]
-    assert not sees_something.all()
-    np.testing.assert_allclose(
-        np.where(sees_something, got, 0), np.where(sees_something, expected, 0)
-    )
 
 
 def test_fast_model_equals_clear_model(tiny_hparams) -> None:
@@ -132,18 +100,6 @@ def test_each_fast_kernel_computes_what_its_clear_twin_computes() -> None:
         fast, clear = getattr(FAST, name), getattr(CLEAR, name)
         assert fast is not clear, name  # FAST really swaps each kernel
         np.testing.assert_allclose(fast(*make()), clear(*make()), rtol=2e-5, atol=2e-5)
-
-
-@pytest.mark.parametrize("scale", [None, 1.0, 0.125 / 3])
-def test_attend_blocked_takes_the_scale_of_the_family(scale) -> None:
-    rng = np.random.default_rng(1)
-    q, k, v = rng.standard_normal((3, 2, 3, 40, 8))
-    mask = causal_mask(40, 0)
-    expected = attend(q, k, v, mask, scale=scale)
-    np.testing.assert_allclose(attend_blocked(q, k, v, mask, block=16, scale=scale), expected,
-                               rtol=1e-13, atol=1e-13)  # fmt: skip
-    if scale is not None:
-        assert not np.allclose(expected, attend(q, k, v, mask))
 
 
 def _refuse(u: np.ndarray) -> np.ndarray:

@@ -6,16 +6,11 @@ them: ``FAST`` holds the fast ones, ``CLEAR`` their clear twins; the cached path
 :func:`gpt2np.fast_rows.layernorm_rows`, in modules of their own; both, and :func:`gelu_rows`,
 share long inputs out among threads (:mod:`gpt2np.parallel`).
 
-:func:`attend_blocked` is :func:`gpt2np.attention.attend` for a causal mask, done one block of
-queries at a time: a block of queries ``i0 … i1-1`` only needs keys ``0 … T_past + i1 - 1``, so
-about half of the score matrix of a long prompt is never computed, and each block's scores are
-small enough to stay in cache while the softmax runs over them in place.
-
-:func:`gelu_inplace` is :func:`gpt2np.layers.gelu` (as x·σ(2u), with exp instead of tanh) written
-into its argument a few rows at a time:
-the clear one-liner makes about eight temporaries as large as the MLP's [B, T, 4D] hidden
-activations, and for a long prompt each is a fresh allocation that the kernel has to fault in.
-:func:`gelu_rows` runs it on the threads' shares of the rows.
+:func:`gelu_inplace` is :func:`gpt2np.layers.gelu` (as x·σ(2u), with exp instead of tanh)
+written into its argument a few rows at a time: the clear one-liner makes about eight
+temporaries as large as the MLP's [B, T, 4D] hidden activations, and for a long prompt each is a
+fresh allocation that the kernel has to fault in. :func:`gelu_rows` runs it on the threads'
+shares of the rows.
 
 :func:`head_few_rows` is :func:`gpt2np.model.head` for a decode step of a small batch: it takes
 the product a slice of the vocabulary at a time with the slice of wte on the left, which OpenBLAS
@@ -29,7 +24,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .attention import attend, masked_score
+from .attention import attend
 from .fast_attention import attend_tiled
 from .fast_rows import layernorm_rows, share_rows
 from .layers import SQRT_2_OVER_PI, gelu, layernorm
@@ -39,14 +34,10 @@ __all__ = [
     "CLEAR",
     "FAST",
     "Kernels",
-    "attend_blocked",
     "gelu_inplace",
     "gelu_rows",
     "head_few_rows",
 ]
-
-#: Queries per block: [B, H, 128, S] float32 scores are 6 MB at S = 1024 for one sequence.
-BLOCK = 128
 
 #: Numbers per block of :func:`gelu_inplace`: 256 KiB of float32, which stays in L2.
 GELU_BLOCK = 1 << 16
@@ -54,48 +45,6 @@ GELU_BLOCK = 1 << 16
 #: :func:`head_few_rows` slices the vocabulary for at most this many rows (measured crossover),
 #: VOCAB_SLICE words of wte (3 MB of float32 at D = 768) at a time.
 FEW_ROWS, VOCAB_SLICE = 16, 1024
-
-
-def attend_blocked(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    mask: np.ndarray,
-    block: int = BLOCK,
-    scale: float | None = None,
-) -> np.ndarray:
-    """softmax(q·kᵀ · scale, masked) · v for a causal ``mask`` (query i sees no key after
-    T_past + i, where T_past = S - T), like :func:`gpt2np.attention.attend` (``scale`` 1/√Dh
-    when None).
-
-    q [B, H, T, Dh], k and v [B, H, S, Dh], mask bool broadcastable to [B, H, T, S]
-    ->  [B, H, T, Dh]
-
-    Besides the blocks, three passes over the scores are saved: the scale is applied to q (exact
-    when √Dh is a power of two, as GPT-2's Dh = 64 gives 1/8), the mask is written only from the
-    first column it hides, and the softmax's division is done after the product with v, on
-    [.., Dh] rather than [.., S] numbers.
-    """
-    T, S = q.shape[-2], k.shape[-2]
-    T_past = S - T
-    q = q * (1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)  # [B, H, T, Dh]
-    out = np.empty(q.shape, dtype=np.result_type(q, k, v))
-    hidden = ~np.broadcast_to(mask, (*mask.shape[:-2], T, S))  # no head axis: small
-    for i0 in range(0, T, block):
-        i1 = min(i0 + block, T)
-        s = T_past + i1  # keys this block can see
-        scores = q[..., i0:i1, :] @ k[..., :s, :].swapaxes(-1, -2)  # [B, H, i1-i0, s]
-        block_hidden = hidden[..., i0:i1, :s]
-        columns = block_hidden.reshape(-1, s).any(axis=0)  # [s]: hidden from some query?
-        if columns.any():
-            c0 = int(columns.argmax())  # for a plain causal mask: the diagonal block only
-            np.copyto(scores[..., c0:], masked_score(scores.dtype), where=block_hidden[..., c0:])
-        scores -= scores.max(axis=-1, keepdims=True)  # softmax numerator, in place
-        np.exp(scores, out=scores)
-        denominator = scores.sum(axis=-1, keepdims=True)  # [B, H, i1-i0, 1]
-        o = np.matmul(scores, v[..., :s, :], out=out[..., i0:i1, :])  # [B, H, i1-i0, Dh]
-        o /= denominator
-    return out
 
 
 def gelu_inplace(x: np.ndarray, block: int = GELU_BLOCK) -> np.ndarray:

@@ -6,13 +6,13 @@ softmax(q·kᵀ · scale, masked) · v, and is tested equal to it (tests/test_fa
 
 Why tiles. A head's products q·kᵀ and p·v contract over only 64 numbers (d_head) or produce only
 64 columns, and OpenBLAS spreads each product over its threads once it exceeds TILE_MACS
-multiply-adds: for these shapes the hand-over costs about what the second core gains (the
-products of :func:`gpt2np.fast.attend_blocked` ran at 60–90 GFLOP/s on two cores, the linear maps
-at 190–200), and on a busy machine its spinning threads cost far more. Cut into tiles of at most
-TILE_MACS (64 queries × 64 keys × d_head 64), every product runs in the thread that calls it, one
-NumPy call per block does all of a block's tiles (no Python loop over tiles), and the threads of
-:mod:`gpt2np.parallel` take a group of heads each, softmax included: both cores work on the
-products and on the exp, which was a single-threaded pass.
+multiply-adds: for these shapes the hand-over costs about what the second core gains (such
+products, untiled, ran at 60–90 GFLOP/s on two cores, the linear maps at 190–200), and on a busy
+machine its spinning threads cost far more. Cut into tiles of at most TILE_MACS (64 queries × 64
+keys × d_head 64), every product runs in the thread that calls it, one NumPy call per block does
+all of a block's tiles (no Python loop over tiles), and the threads of :mod:`gpt2np.parallel`
+take a group of heads each, softmax included: both cores work on the products and on the exp,
+which was a single-threaded pass.
 
 For each block of QUERIES queries i0 … i1-1, which may see keys 0 … T_past + i1 - 1:
 

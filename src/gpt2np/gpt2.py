@@ -33,8 +33,9 @@ class GPT2:
     """A GPT-2 model: hyperparameters, parameters and (optionally) a tokenizer.
 
     ``fast=True`` (the default) runs :data:`gpt2np.fast.FAST`: attention with
-    :func:`gpt2np.fast.attend_blocked` (skips the masked half of long prompts), the MLP's gelu
-    with :func:`gpt2np.fast.gelu_inplace` and a small batch's head with
+    :func:`gpt2np.fast_attention.attend_tiled` (skips the masked half of long prompts, heads
+    shared among threads), LayerNorm with :func:`gpt2np.fast_rows.layernorm_rows`, the MLP's
+    gelu with :func:`gpt2np.fast.gelu_rows` and a small batch's head with
     :func:`gpt2np.fast.head_few_rows`, each equal to its clear twin to float rounding, through
     :func:`gpt2np.kvcache.forward_via_cache`. ``fast=False`` runs :func:`gpt2np.forward`, the
     clear reference path, and the clear kernels for cached generation.
