@@ -5,6 +5,13 @@
     python scripts/bench.py --model 124M          # real weights when they are present
     python scripts/bench.py --ckpt DIR            # + cold/warm load of a TF checkpoint dir
     python scripts/bench.py --only beam           # beam search against 4 batch-1 generations
+    python scripts/bench.py --vs-torch --size 355M --only prefill   # one case, random 355M weights
+    python scripts/bench.py --vs-torch --only score   # score() against HF's perplexity recipe
+
+Cases (--only picks those whose name contains the text): forward T=128/512/1024 (all logits),
+prefill T=1024 (last logits), decode B=1 (with the matrix-vector floor measured alongside),
+decode B=8, score (a 20,000-token text, stride 512). The machine's load average is printed at
+the start and the end: on a shared machine the numbers mean little when it is high.
 
 Timings are medians of alternating runs (gpt2np, torch, gpt2np, torch, ...) so that both see the
 same machine state; ratios are torch time / gpt2np time (> 1: gpt2np is faster). Nothing here is
@@ -31,6 +38,12 @@ import gpt2np
 
 PROMPT_LEN, NEW_TOKENS = 16, 64
 
+#: The scoring case: HF's perplexity recipe's stride over a text of this many tokens.
+SCORE_TOKENS, SCORE_STRIDE = 20_000, 512
+
+#: What the score case computed last (perplexities), printed beside its timing.
+RESULTS: dict[str, float] = {}
+
 
 def blas_info() -> str:
     try:
@@ -54,6 +67,13 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 def alternate(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
@@ -85,6 +105,12 @@ def numpy_cases(model: gpt2np.GPT2) -> dict[str, Callable[[], object]]:
     for B in (1, 8):
         prompt = rng.integers(0, V, (B, PROMPT_LEN))
         cases[f"decode B={B}: {NEW_TOKENS} tokens"] = lambda p=prompt: decode(model, p)
+    text = rng.integers(0, V, SCORE_TOKENS)
+
+    def score() -> None:
+        RESULTS["np"] = model.score(text, stride=SCORE_STRIDE, progress=False).perplexity
+
+    cases[f"score {SCORE_TOKENS} tokens, stride {SCORE_STRIDE}"] = score
     return cases
 
 
@@ -117,14 +143,33 @@ def beam_ratio(model: gpt2np.GPT2, repeats: int) -> None:
               f"{separate / dt:4.2f}x the tokens/s of 4 x batch-1")  # fmt: skip
 
 
+def hf_model(model: gpt2np.GPT2) -> object:
+    """HF's GPT2LMHeadModel holding a copy of the same weights, made in memory (1558M's 6.2 GB
+    are copied once, with no file and no random initialisation in between)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from gpt2np.checkpoint.convert import hf_config, hf_from_flat
+    from gpt2np.params import flatten
+
+    with torch.device("meta"):
+        hf = GPT2LMHeadModel(GPT2Config(**hf_config(model.hparams)))
+    hf = hf.to_empty(device="cpu")
+    weights = hf_from_flat(flatten(model.params))
+    state = {
+        f"transformer.{k}": torch.from_numpy(np.ascontiguousarray(a)) for k, a in weights.items()
+    }
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    hf.tie_weights()
+    return hf.eval()
+
+
 def torch_cases(model: gpt2np.GPT2, threads: int) -> dict[str, Callable[[], object]]:
     import torch
-    from transformers import GPT2LMHeadModel
 
     torch.set_num_threads(threads)
-    with tempfile.TemporaryDirectory() as d:
-        gpt2np.save(model, d)  # the same weights through the safetensors export
-        hf = GPT2LMHeadModel.from_pretrained(d, torch_dtype=torch.float32).eval()
+    hf = hf_model(model)
     rng = np.random.default_rng(0)
     V = model.hparams.n_vocab
     cases: dict[str, Callable[[], object]] = {}
@@ -153,14 +198,40 @@ def torch_cases(model: gpt2np.GPT2, threads: int) -> dict[str, Callable[[], obje
                 pad_token_id=0,
             )
         )
+    text = torch.from_numpy(rng.integers(0, V, SCORE_TOKENS))[None]
+    cases[f"score {SCORE_TOKENS} tokens, stride {SCORE_STRIDE}"] = lambda: hf_perplexity(hf, text)
     return cases
 
 
-def rows_probe(model: gpt2np.GPT2, repeats: int) -> None:
-    """The weight products of one decode step (each block's c_attn, c_proj, c_fc, mlp.c_proj and
-    the head) for N = 1 … 16 rows, timed alternately. A batch-N decode step does these products
-    and more, so N / their time is a ceiling on batch-N tokens/s: only faster N-row products
-    (another BLAS, or another weight layout) could lift it."""
+def hf_perplexity(hf: object, encodings: object) -> None:
+    """HF's "Perplexity of fixed-length models" recipe, as its documentation writes it."""
+    import torch
+
+    max_length, stride = hf.config.n_positions, SCORE_STRIDE
+    seq_len = encodings.size(1)
+    nll_sum, n_tokens, prev_end_loc = 0.0, 0, 0
+    for begin_loc in range(0, seq_len, stride):
+        end_loc = min(begin_loc + max_length, seq_len)
+        trg_len = end_loc - prev_end_loc  # may be different from stride on last loop
+        input_ids = encodings[:, begin_loc:end_loc]
+        target_ids = input_ids.clone()
+        target_ids[:, :-trg_len] = -100
+        with torch.no_grad():
+            neg_log_likelihood = hf(input_ids, labels=target_ids).loss
+        num_valid_tokens = (target_ids != -100).sum().item()
+        num_loss_tokens = num_valid_tokens - target_ids.size(0)
+        nll_sum += neg_log_likelihood * num_loss_tokens
+        n_tokens += num_loss_tokens
+        prev_end_loc = end_loc
+        if end_loc == seq_len:
+            break
+    RESULTS["torch"] = float(torch.exp(nll_sum / n_tokens))
+
+
+def weight_products(model: gpt2np.GPT2, N: int) -> Callable[[], object]:
+    """The products of one decode step of N rows with every weight matrix (each block's c_attn,
+    c_proj, c_fc, mlp.c_proj, and the head), nothing else: for N = 1, one matrix-vector pass
+    over all the weights, the floor of a batch-1 decode step."""
     from gpt2np.fast import FAST
 
     rng = np.random.default_rng(0)
@@ -172,19 +243,23 @@ def rows_probe(model: gpt2np.GPT2, repeats: int) -> None:
                   p["mlp"]["c_fc"]["w"], p["mlp"]["c_proj"]["w"])
     ]  # fmt: skip
     wte = model.params["wte"]
+    xs = {n: rng.standard_normal((N, n)).astype(dtype) for n in {w.shape[0] for w in weights}}
+    h = rng.standard_normal((N, 1, D)).astype(dtype)
 
-    def products(N: int) -> Callable[[], object]:
-        xs = {n: rng.standard_normal((N, n)).astype(dtype) for n in {w.shape[0] for w in weights}}
-        h = rng.standard_normal((N, 1, D)).astype(dtype)
+    def run() -> None:
+        for w in weights:
+            xs[w.shape[0]] @ w
+        FAST.head(h, wte)
 
-        def run() -> None:
-            for w in weights:
-                xs[w.shape[0]] @ w
-            FAST.head(h, wte)
+    return run
 
-        return run
 
-    t = alternate({str(N): products(N) for N in (1, 2, 4, 8, 16)}, repeats)
+def rows_probe(model: gpt2np.GPT2, repeats: int) -> None:
+    """The weight products of one decode step (each block's c_attn, c_proj, c_fc, mlp.c_proj and
+    the head) for N = 1 … 16 rows, timed alternately. A batch-N decode step does these products
+    and more, so N / their time is a ceiling on batch-N tokens/s: only faster N-row products
+    (another BLAS, or another weight layout) could lift it."""
+    t = alternate({str(N): weight_products(model, N) for N in (1, 2, 4, 8, 16)}, repeats)
     print("  one decode step's weight products (blocks + head) for N rows:")
     for N, dt in t.items():
         print(f"    N={N:>2s} {dt * 1e3:7.1f} ms  {dt / t['1']:4.2f}x the 1-row time"
@@ -289,6 +364,8 @@ def require_torch() -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--model", help="name or directory of real weights (default: random 124M)")
+    ap.add_argument("--size", choices=list(gpt2np.HPARAMS), default="124M",
+                    help="the random weights' shapes, without --model (default 124M)")  # fmt: skip
     ap.add_argument("--vs-torch", action="store_true", help="also run HF transformers")
     ap.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     ap.add_argument("--repeats", type=int, default=3)
@@ -302,15 +379,21 @@ def main() -> None:
     if args.vs_torch:
         require_torch()
 
-    print(f"date {time.strftime('%Y-%m-%d')}  cpu {cpu_name()}  cores {os.cpu_count()}")
-    print(f"numpy {np.__version__}  BLAS {blas_info()}  python {platform.python_version()}")
+    from gpt2np import parallel
+
+    print(f"date {time.strftime('%Y-%m-%d %H:%M')}  cpu {cpu_name()}  cores {os.cpu_count()}  "
+          f"load average {load_average()}")  # fmt: skip
+    print(f"numpy {np.__version__}  BLAS {blas_info()}  python {platform.python_version()}  "
+          f"gpt2np threads {parallel.threads()}")  # fmt: skip
     if args.skip_model and args.ckpt:
         load_times(args.ckpt, args.tf_python, args.load_rounds)
         return
     if args.model:
         model = gpt2np.load(args.model)
     else:
-        model = gpt2np.GPT2(gpt2np.HPARAMS["124M"], gpt2np.init_params(gpt2np.HPARAMS["124M"]))
+        model = gpt2np.GPT2(
+            gpt2np.HPARAMS[args.size], gpt2np.init_params(gpt2np.HPARAMS[args.size])
+        )
     print(f"model {model!r}")
 
     ours = numpy_cases(model)
@@ -329,6 +412,8 @@ def main() -> None:
         if args.only and args.only not in name:
             continue
         fns = {"np": fn} | ({"torch": theirs[name]} if name in theirs else {})
+        if name.startswith("decode B=1:"):  # the floor, measured in turn with the others
+            fns["floor"] = weight_products(model, 1)
         t = alternate(fns, args.repeats)
         line = f"  {name:32s} {t['np']:9.3f}s"
         if "torch" in t:
@@ -338,13 +423,18 @@ def main() -> None:
             line += f"   gpt2np {B * NEW_TOKENS / t['np']:.1f} tok/s"
             if "torch" in t:
                 line += f", torch {B * NEW_TOKENS / t['torch']:.1f} tok/s"
+            if "floor" in t:  # one matrix-vector pass over all weights per token
+                line += (f", floor {1 / t['floor']:.1f} tok/s (gpt2np at "
+                         f"{NEW_TOKENS * t['floor'] / t['np']:.0%} of it)")  # fmt: skip
+        if name.startswith("score"):
+            line += "   perplexity " + ", ".join(f"{k} {v:.4f}" for k, v in RESULTS.items())
         print(line, flush=True)
     if not args.only or args.only in "beam search":
         beam_ratio(model, args.repeats)
     if args.rows:
         rows_probe(model, args.repeats * 3)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"  peak RSS of this process {rss_mb:.0f} MB")
+    print(f"  peak RSS of this process {rss_mb:.0f} MB  load average {load_average()}")
     if args.ckpt:
         load_times(args.ckpt, args.tf_python, args.load_rounds)
     try:

@@ -91,7 +91,7 @@ def test_attend_fully_masked_row_is_finite() -> None:
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_fully_masked_row_is_finite_in_every_float_dtype(dtype) -> None:
     """-1e10 overflows float16 to -inf, and a row of -inf gives exp(-inf - -inf) = NaN."""
-    from gpt2np.fast import attend_blocked
+    from gpt2np.fast_attention import attend_tiled
 
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((2, 2, 3, 4)).astype(dtype) for _ in range(3))
@@ -99,7 +99,7 @@ def test_fully_masked_row_is_finite_in_every_float_dtype(dtype) -> None:
     mask = causal_mask(3) & key_mask[:, None, None, :]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no "overflow encountered in cast"
-        outs = [attend(q, k, v, mask), attend_blocked(q, k, v, mask, block=2)]
+        outs = [attend(q, k, v, mask), attend_tiled(q, k, v, mask)]
     sees = np.broadcast_to(mask.any(-1)[..., None], outs[0].shape)
     # float64 softmax over the visible keys only (masked ones dropped with -inf, not -1e10)
     q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))

@@ -6,42 +6,11 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np.attention import attend, causal_mask
-from gpt2np.fast import CLEAR, FAST, attend_blocked, gelu_inplace, head_few_rows
-from gpt2np.layers import gelu
+from gpt2np.attention import causal_mask
+from gpt2np.fast import CLEAR, FAST, gelu_inplace, gelu_rows, head_few_rows
+from gpt2np.fast_rows import layernorm_rows
+from gpt2np.layers import gelu, layernorm
 from gpt2np.model import head
-
-
-@pytest.mark.parametrize("T, T_past", [(1, 0), (1, 37), (5, 0), (130, 0), (257, 3), (64, 64)])
-@pytest.mark.parametrize("block", [1, 7, 128])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_attend_blocked_equals_attend(T: int, T_past: int, block: int, dtype) -> None:
-    rng = np.random.default_rng(T * 1000 + T_past)
-    q = rng.standard_normal((2, 3, T, 8)).astype(dtype) * 2
-    k, v = (rng.standard_normal((2, 3, T_past + T, 8)).astype(dtype) * 2 for _ in range(2))
-    mask = causal_mask(T, T_past)
-    expected = attend(q, k, v, mask)
-    got = attend_blocked(q, k, v, mask, block=block)
-    assert got.dtype == dtype
-    tol = 2e-5 if dtype == np.float32 else 1e-13
-    np.testing.assert_allclose(got, expected, atol=tol, rtol=tol)
-
-
-def test_attend_blocked_with_padding_mask() -> None:
-    rng = np.random.default_rng(0)
-    T, S = 6, 10
-    q = rng.standard_normal((2, 2, T, 4))
-    k, v = rng.standard_normal((2, 2, 2, S, 4))
-    key_mask = np.arange(S) >= np.array([[0], [5]])  # row 1 has 5 padding keys
-    mask = causal_mask(T, S - T) & key_mask[:, None, None, :]  # [B, 1, T, S]
-    got, expected = attend_blocked(q, k, v, mask, block=4), attend(q, k, v, mask)
-    assert np.isfinite(got).all()
-    # a query that sees no key at all (padding) has a finite but unspecified output
-    sees_something = mask.any(-1)[..., None]  # [B, 1, T, 1]
-    assert not sees_something.all()
-    np.testing.assert_allclose(
-        np.where(sees_something, got, 0), np.where(sees_something, expected, 0)
-    )
 
 
 def test_fast_model_equals_clear_model(tiny_hparams) -> None:
@@ -119,28 +88,18 @@ def test_each_fast_kernel_computes_what_its_clear_twin_computes() -> None:
     q, k, v = (rng.standard_normal((2, 3, 9, 8)).astype(np.float32) for _ in range(3))
     u = rng.standard_normal((2, 9, 32)).astype(np.float32) * 3
     h, wte = rng.standard_normal((3, 12)).astype(np.float32), rng.standard_normal((50, 12))
+    g, b = rng.standard_normal((2, 32)).astype(np.float32)
     inputs = {
         "attend": lambda: (q, k, v, causal_mask(9)),
         "act": lambda: (u.copy(),),  # fresh each time: the fast act may overwrite its argument
         "head": lambda: (h, wte.astype(np.float32)),
+        "norm": lambda: (u, g, b),
     }
     assert set(inputs) == set(FAST._fields) == set(CLEAR._fields)
     for name, make in inputs.items():
         fast, clear = getattr(FAST, name), getattr(CLEAR, name)
         assert fast is not clear, name  # FAST really swaps each kernel
         np.testing.assert_allclose(fast(*make()), clear(*make()), rtol=2e-5, atol=2e-5)
-
-
-@pytest.mark.parametrize("scale", [None, 1.0, 0.125 / 3])
-def test_attend_blocked_takes_the_scale_of_the_family(scale) -> None:
-    rng = np.random.default_rng(1)
-    q, k, v = rng.standard_normal((3, 2, 3, 40, 8))
-    mask = causal_mask(40, 0)
-    expected = attend(q, k, v, mask, scale=scale)
-    np.testing.assert_allclose(attend_blocked(q, k, v, mask, block=16, scale=scale), expected,
-                               rtol=1e-13, atol=1e-13)  # fmt: skip
-    if scale is not None:
-        assert not np.allclose(expected, attend(q, k, v, mask))
 
 
 def _refuse(u: np.ndarray) -> np.ndarray:
@@ -156,7 +115,7 @@ def test_the_gelu_kernel_runs_only_for_the_tanh_gelu(act: str) -> None:
 
     h = gpt2np.HParams(n_vocab=11, n_ctx=8, n_embd=8, n_head=2, n_layer=2, activation_function=act)
     params = gpt2np.init_params(h, seed=0, std=0.3)
-    refusing = Kernels(FAST.attend, _refuse, FAST.head)
+    refusing = Kernels(FAST.attend, _refuse, FAST.head, FAST.norm)
     ids = np.array([[1, 2, 3, 4]])
     if act in ("gelu_new", "gelu_pytorch_tanh"):
         with pytest.raises(AssertionError, match="tanh-GELU kernel ran"):
@@ -165,3 +124,70 @@ def test_the_gelu_kernel_runs_only_for_the_tanh_gelu(act: str) -> None:
     got = forward_cached(params, h, ids, KVCache(h, 1), kernels=refusing)
     want, _ = gpt2np.forward(params, h, ids)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture
+def rows_threaded(monkeypatch):
+    """Row kernels share even small inputs out among 3 threads."""
+    from gpt2np import fast_rows, parallel
+
+    monkeypatch.setattr(fast_rows, "THREADED_NUMBERS", 0)
+    parallel.set_threads(3)
+    yield
+    parallel.set_threads(None)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (1, 1, 768), (3, 7, 24), (1030, 16), (2, 5)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("threads", ["one", "threaded"])
+def test_layernorm_rows_equals_layernorm_bit_for_bit(request, shape, dtype, threads) -> None:
+    if threads == "threaded":
+        request.getfixturevalue("rows_threaded")
+    rng = np.random.default_rng(sum(shape))
+    x = (rng.standard_normal(shape) * 3 + 1).astype(dtype)
+    g, b = (rng.standard_normal(shape[-1]).astype(dtype) for _ in range(2))
+    got = layernorm_rows(x, g, b)
+    assert got.shape == shape and got.dtype == dtype
+    np.testing.assert_array_equal(got, layernorm(x, g, b))  # the same operations, in order
+    np.testing.assert_array_equal(layernorm_rows(x, g, b, eps=0.5), layernorm(x, g, b, eps=0.5))
+    # against the equation in float64
+    x64 = x.astype(np.float64)
+    mu = x64.mean(-1, keepdims=True)
+    exact = g * (x64 - mu) / np.sqrt(((x64 - mu) ** 2).mean(-1, keepdims=True) + 1e-5) + b
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, exact, rtol=tol, atol=tol)
+
+
+def test_layernorm_rows_of_a_strided_input_leaves_it_alone() -> None:
+    x = np.random.default_rng(0).standard_normal((4, 6, 10)).astype(np.float32)
+    view = x.transpose(1, 0, 2)
+    before = x.copy()
+    g, b = np.ones(10, np.float32), np.zeros(10, np.float32)
+    np.testing.assert_array_equal(layernorm_rows(view, g, b), layernorm(view, g, b))
+    np.testing.assert_array_equal(x, before)
+
+
+@pytest.mark.parametrize("shape", [(3000, 100), (2, 700, 64), (5,), (1, 3072)])
+@pytest.mark.parametrize("threads", ["one", "threaded"])
+def test_gelu_rows_equals_gelu(request, shape, threads) -> None:
+    if threads == "threaded":
+        request.getfixturevalue("rows_threaded")
+    x = (np.random.default_rng(len(shape)).standard_normal(shape) * 4).astype(np.float32)
+    expected = gelu(x)
+    z = x.copy()
+    got = gelu_rows(z)
+    assert got.shape == shape and (len(shape) < 2 or np.shares_memory(got, z))
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got, gelu_inplace(x.copy()))  # the same kernel on each row
+    strided = x.copy().transpose(*range(x.ndim)[::-1])  # not C-contiguous: computed in a copy
+    np.testing.assert_allclose(gelu_rows(strided), gelu(x).T, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_gelu_inplace_at_the_extremes_raises_no_float_error(dtype) -> None:
+    """exp's argument is capped below overflow: no warning, and the limits of gelu."""
+    x = np.array([-1e6, -1e4, -100.0, -12.0, 0.0, 12.0, 100.0, 1e4, 1e6], dtype=dtype)
+    with np.errstate(over="raise", invalid="raise", divide="raise"):  # NumPy warns on these
+        got = gelu_inplace(x.copy())
+    assert np.all(got[:4] <= 0) and np.all(got[:4] > -1e-30)  # -0 or a tiny negative
+    np.testing.assert_array_equal(got[4:], x[4:])  # gelu(x) = x for large x (and 0 at 0)

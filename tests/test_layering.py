@@ -19,7 +19,8 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "gpt2np"
 #: Bottom to top. A module may import from its own layer and from the layers its entry allows.
 LAYERS: dict[str, tuple[str, ...]] = {
     "foundation": ("_version", "errors", "hparams", "params", "paths", "progress", "smallfiles"),
-    "maths": ("erf", "layers", "attention", "block", "model", "fast", "kvcache"),
+    "maths": ("erf", "layers", "attention", "block", "model", "fast", "fast_attention",
+              "fast_rows", "kvcache", "parallel"),
     "tokenizer": ("bpe", "tokenizer", "tokenizer_json", "vocab"),
     "files": ("checkpoint", "checkpoint.*", "download", "fetch", "release_checks", "hub", "hub.*",
               "hub_cache"),

@@ -121,7 +121,7 @@ def test_a_device_is_refused_without_reading_it(gpt2_copy, tmp_path: pathlib.Pat
             print(e)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert "is a character device, not a vocabulary file" in out.stdout, out.stderr
+    assert "is a character device, not a regular file" in out.stdout, out.stderr
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs")
@@ -136,7 +136,7 @@ def test_a_fifo_is_refused_without_waiting(gpt2_copy, tmp_path: pathlib.Path) ->
             print(e)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert "vocab.bpe.fifo: is a FIFO, not a vocabulary file" in out.stdout, out.stderr
+    assert "vocab.bpe.fifo is a FIFO, not a regular file" in out.stdout, out.stderr
 
 
 @pytest.mark.skipif(not hasattr(socket, "AF_UNIX"), reason="no unix sockets")
@@ -158,7 +158,9 @@ def test_a_socket_and_a_directory_are_refused(gpt2_copy, tmp_path: pathlib.Path)
 def test_a_file_over_the_size_cap_is_refused(gpt2_copy, monkeypatch) -> None:
     encoder_json, vocab_bpe = gpt2_copy
     monkeypatch.setattr(vocab_module, "MAX_FILE_BYTES", 1_000_000)
-    with pytest.raises(CheckpointError, match=r"encoder\.json: larger than 1,000,000 bytes"):
+    with pytest.raises(
+        CheckpointError, match=r"encoder\.json has \d+ bytes, more than the 1000000"
+    ):
         Tokenizer.from_files(encoder_json, vocab_bpe)  # GPT-2's is 1,042,301 bytes
 
 

@@ -1,16 +1,16 @@
 """Faster kernels that compute what the clear ones compute, kept apart so the clear ones stay
 readable. Each is tested equal to its clear twin (tests/test_fast.py). :class:`Kernels` bundles
-them: ``FAST`` holds these three, ``CLEAR`` their clear twins; generation's cached path
-(:func:`gpt2np.kvcache.forward_cached`) runs either.
+them: ``FAST`` holds the fast ones, ``CLEAR`` their clear twins; the cached path
+(:func:`gpt2np.kvcache.forward_cached`) runs either. FAST's attention is
+:func:`gpt2np.fast_attention.attend_tiled` and its LayerNorm
+:func:`gpt2np.fast_rows.layernorm_rows`, in modules of their own; both, and :func:`gelu_rows`,
+share long inputs out among threads (:mod:`gpt2np.parallel`).
 
-:func:`attend_blocked` is :func:`gpt2np.attention.attend` for a causal mask, done one block of
-queries at a time: a block of queries ``i0 … i1-1`` only needs keys ``0 … T_past + i1 - 1``, so
-about half of the score matrix of a long prompt is never computed, and each block's scores are
-small enough to stay in cache while the softmax runs over them in place.
-
-:func:`gelu_inplace` is :func:`gpt2np.layers.gelu` written into its argument a few rows at a time:
-the clear one-liner makes about eight temporaries as large as the MLP's [B, T, 4D] hidden
-activations, and for a long prompt each is a fresh allocation that the kernel has to fault in.
+:func:`gelu_inplace` is :func:`gpt2np.layers.gelu` (as x·σ(2u), with exp instead of tanh)
+written into its argument a few rows at a time: the clear one-liner makes about eight
+temporaries as large as the MLP's [B, T, 4D] hidden activations, and for a long prompt each is a
+fresh allocation that the kernel has to fault in. :func:`gelu_rows` runs it on the threads'
+shares of the rows.
 
 :func:`head_few_rows` is :func:`gpt2np.model.head` for a decode step of a small batch: it takes
 the product a slice of the vocabulary at a time with the slice of wte on the left, which OpenBLAS
@@ -24,14 +24,20 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .attention import attend, masked_score
-from .layers import SQRT_2_OVER_PI, gelu
+from .attention import attend
+from .fast_attention import attend_tiled
+from .fast_rows import layernorm_rows, share_rows
+from .layers import SQRT_2_OVER_PI, gelu, layernorm
 from .model import head
 
-__all__ = ["CLEAR", "FAST", "Kernels", "attend_blocked", "gelu_inplace", "head_few_rows"]
-
-#: Queries per block: [B, H, 128, S] float32 scores are 6 MB at S = 1024 for one sequence.
-BLOCK = 128
+__all__ = [
+    "CLEAR",
+    "FAST",
+    "Kernels",
+    "gelu_inplace",
+    "gelu_rows",
+    "head_few_rows",
+]
 
 #: Numbers per block of :func:`gelu_inplace`: 256 KiB of float32, which stays in L2.
 GELU_BLOCK = 1 << 16
@@ -41,48 +47,6 @@ GELU_BLOCK = 1 << 16
 FEW_ROWS, VOCAB_SLICE = 16, 1024
 
 
-def attend_blocked(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    mask: np.ndarray,
-    block: int = BLOCK,
-    scale: float | None = None,
-) -> np.ndarray:
-    """softmax(q·kᵀ · scale, masked) · v for a causal ``mask`` (query i sees no key after
-    T_past + i, where T_past = S - T), like :func:`gpt2np.attention.attend` (``scale`` 1/√Dh
-    when None).
-
-    q [B, H, T, Dh], k and v [B, H, S, Dh], mask bool broadcastable to [B, H, T, S]
-    ->  [B, H, T, Dh]
-
-    Besides the blocks, three passes over the scores are saved: the scale is applied to q (exact
-    when √Dh is a power of two, as GPT-2's Dh = 64 gives 1/8), the mask is written only from the
-    first column it hides, and the softmax's division is done after the product with v, on
-    [.., Dh] rather than [.., S] numbers.
-    """
-    T, S = q.shape[-2], k.shape[-2]
-    T_past = S - T
-    q = q * (1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)  # [B, H, T, Dh]
-    out = np.empty(q.shape, dtype=np.result_type(q, k, v))
-    hidden = ~np.broadcast_to(mask, (*mask.shape[:-2], T, S))  # no head axis: small
-    for i0 in range(0, T, block):
-        i1 = min(i0 + block, T)
-        s = T_past + i1  # keys this block can see
-        scores = q[..., i0:i1, :] @ k[..., :s, :].swapaxes(-1, -2)  # [B, H, i1-i0, s]
-        block_hidden = hidden[..., i0:i1, :s]
-        columns = block_hidden.reshape(-1, s).any(axis=0)  # [s]: hidden from some query?
-        if columns.any():
-            c0 = int(columns.argmax())  # for a plain causal mask: the diagonal block only
-            np.copyto(scores[..., c0:], masked_score(scores.dtype), where=block_hidden[..., c0:])
-        scores -= scores.max(axis=-1, keepdims=True)  # softmax numerator, in place
-        np.exp(scores, out=scores)
-        denominator = scores.sum(axis=-1, keepdims=True)  # [B, H, i1-i0, 1]
-        o = np.matmul(scores, v[..., :s, :], out=out[..., i0:i1, :])  # [B, H, i1-i0, Dh]
-        o /= denominator
-    return out
-
-
 def gelu_inplace(x: np.ndarray, block: int = GELU_BLOCK) -> np.ndarray:
     """gelu(x) = 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³))), like
     :func:`gpt2np.layers.gelu` up to float rounding, computed in place.           [...] -> [...]
@@ -90,13 +54,20 @@ def gelu_inplace(x: np.ndarray, block: int = GELU_BLOCK) -> np.ndarray:
     ``x`` is overwritten (when its rows can be viewed without a copy, as for the contiguous
     arrays the MLP passes; otherwise a copy is) and the result returned, so the caller must own
     ``x``: the MLP passes it the fresh output of its first linear map. The same equation is
-    regrouped as 0.5·x·(1 + tanh(x·(c + c·0.044715·x²))), c = √(2/π), and run on blocks of
-    whole rows with one scratch block, so every pass stays in cache and nothing as large as
-    ``x`` is allocated.
+    written with the logistic function, since 0.5·(1 + tanh(u)) = 1 / (1 + exp(-2u)):
+
+        gelu(x) = x / (1 + exp(x · (c + c·0.044715·x²))),   c = -2·√(2/π)
+
+    NumPy's exp costs half its tanh, and this form has no 1 + tanh(u) to lose digits to where
+    tanh(u) is near -1. The exponent is capped below exp's overflow (gelu is -0 there anyway).
+    It runs on blocks of whole rows with one scratch block, so every pass stays in cache and
+    nothing as large as ``x`` is allocated.
     """
-    c = x.dtype.type(SQRT_2_OVER_PI)
-    c3 = x.dtype.type(SQRT_2_OVER_PI * 0.044715)
-    half = x.dtype.type(0.5)
+    dtype = x.dtype.type
+    c = dtype(-2.0 * SQRT_2_OVER_PI)
+    c3 = dtype(-2.0 * SQRT_2_OVER_PI * 0.044715)
+    cap = dtype(math.log(np.finfo(x.dtype).max) - 1.0)  # 87.7 in float32: exp stays finite
+    one = dtype(1.0)
     rows = x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)  # a view of contiguous x
     step = max(1, block // max(1, rows.shape[1]))
     scratch = np.empty((min(step, rows.shape[0]), rows.shape[1]), dtype=x.dtype)
@@ -105,13 +76,26 @@ def gelu_inplace(x: np.ndarray, block: int = GELU_BLOCK) -> np.ndarray:
         t = scratch[: r.shape[0]]
         np.multiply(r, r, out=t)  # x²
         t *= c3
-        t += c  # c + c·0.044715·x²
-        t *= r  # √(2/π)·(x + 0.044715·x³)
-        np.tanh(t, out=t)
-        t *= half
-        t += half  # (1 + tanh(·)) / 2
-        r *= t
+        t += c
+        t *= r  # -2·√(2/π)·(x + 0.044715·x³)
+        np.minimum(t, cap, out=t)
+        np.exp(t, out=t)
+        t += one
+        r /= t  # x / (1 + exp(-2u)) = 0.5·x·(1 + tanh(u))
     return rows.reshape(x.shape)
+
+
+def gelu_rows(x: np.ndarray) -> np.ndarray:
+    """:func:`gelu_inplace` on x, its rows shared out among threads when there are many.
+
+    ``x`` is overwritten when its rows can be viewed without a copy (the caller owns it) and
+    the result returned.                                                          [...] -> [...]
+    """
+    if x.ndim < 2 or not x.flags.c_contiguous:
+        return gelu_inplace(x)
+    rows = x.reshape(-1, x.shape[-1])  # a view
+    share_rows(lambda r: gelu_inplace(rows[r]), rows.shape[0], rows.size)
+    return x
 
 
 def head_few_rows(h: np.ndarray, wte: np.ndarray, vocab_slice: int = VOCAB_SLICE) -> np.ndarray:
@@ -136,17 +120,20 @@ def head_few_rows(h: np.ndarray, wte: np.ndarray, vocab_slice: int = VOCAB_SLICE
 
 class Kernels(NamedTuple):
     """The functions a cached forward pass does its heavy work with (attention's core, the
-    MLP's activation, the head), so that one composition runs the clear ones or the fast ones.
+    MLP's activation, the head, LayerNorm), so that one composition runs the clear ones or the
+    fast ones.
 
     attend(q, k, v, mask, scale=None) -> [B, H, T, Dh]; act(u) -> gelu(u), GPT-2's tanh GELU
     (may overwrite u, which the caller owns; a model with another activation runs the clear
-    :func:`gpt2np.layers.activation` instead); head(h, w) -> logits, for w = wte or lm_head.
+    :func:`gpt2np.layers.activation` instead); head(h, w) -> logits, for w = wte or lm_head;
+    norm(x, g, b, eps=1e-5) -> layernorm(x, g, b, eps).
     """
 
     attend: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
     act: Callable[[np.ndarray], np.ndarray]
     head: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    norm: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
-CLEAR = Kernels(attend, gelu, head)
-FAST = Kernels(attend_blocked, gelu_inplace, head_few_rows)
+CLEAR = Kernels(attend, gelu, head, layernorm)
+FAST = Kernels(attend_tiled, gelu_rows, head_few_rows, layernorm_rows)

@@ -8,7 +8,7 @@ their own modules that take a model; the methods here are shortcuts to them.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import numpy as np
 
@@ -19,7 +19,6 @@ from .hparams import HParams
 from .kvcache import KVCache, forward_cached, forward_via_cache
 from .model import forward
 from .params import Params, cast_params, check_params, flatten, map_params
-from .progress import show_progress
 from .scoring import Score, score
 from .tokenizer import Tokenizer
 from .trace import Names, Trace, trace
@@ -34,8 +33,9 @@ class GPT2:
     """A GPT-2 model: hyperparameters, parameters and (optionally) a tokenizer.
 
     ``fast=True`` (the default) runs :data:`gpt2np.fast.FAST`: attention with
-    :func:`gpt2np.fast.attend_blocked` (skips the masked half of long prompts), the MLP's gelu
-    with :func:`gpt2np.fast.gelu_inplace` and a small batch's head with
+    :func:`gpt2np.fast_attention.attend_tiled` (skips the masked half of long prompts, heads
+    shared among threads), LayerNorm with :func:`gpt2np.fast_rows.layernorm_rows`, the MLP's
+    gelu with :func:`gpt2np.fast.gelu_rows` and a small batch's head with
     :func:`gpt2np.fast.head_few_rows`, each equal to its clear twin to float rounding, through
     :func:`gpt2np.kvcache.forward_via_cache`. ``fast=False`` runs :func:`gpt2np.forward`, the
     clear reference path, and the clear kernels for cached generation.
@@ -275,15 +275,21 @@ class GPT2:
         text_or_ids: Any,
         stride: Optional[int] = None,
         max_len: Optional[int] = None,
+        *,
         progress: Optional[bool] = None,
-    ) -> Score:
+        batch_size: Optional[int] = None,
+    ) -> Union[Score, list[Score]]:
         """Per-token log-probabilities (natural log), NLL and perplexity of a text or 1-D ids,
         with a strided sliding window of ``max_len`` (default n_ctx) tokens moving by ``stride``
         (default max_len // 2) for long inputs. Returns a :class:`gpt2np.Score` (ids,
         token_logprobs, context_len, nll, perplexity, n_tokens); the first token is not scored.
-        ``progress`` (:mod:`gpt2np.progress`): a bar over the windows."""
-        show = show_progress(progress)
-        return score(self, text_or_ids, stride=stride, max_len=max_len, progress=show)
+        A list of texts or of id lists is a batch and gives a list of Scores. ``progress``: a
+        bar over the windows (None: on a terminal or in a notebook); ``batch_size``: windows per
+        forward pass. See :func:`gpt2np.scoring.score`."""
+        return score(
+            self, text_or_ids, stride=stride, max_len=max_len, progress=progress,
+            batch_size=batch_size,
+        )  # fmt: skip
 
     def trace(self, ids: Any, past: Optional[np.ndarray] = None, names: Names = None) -> Trace:
         """Every intermediate of the forward pass by name (docs/tracing.md): a

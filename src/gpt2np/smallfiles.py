@@ -42,6 +42,12 @@ def read_small_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     except FileNotFoundError:
         raise CheckpointError(f"missing {name}") from None
     except OSError as e:  # a socket (ENXIO), no permission, a loop of symlinks, ...
+        try:
+            mode = os.stat(name).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode):  # say what it is, not the errno opening it gave
+            raise CheckpointError(f"{name} is {_kind(mode)}, not a regular file") from None
         raise CheckpointError(f"cannot read {name}: {e.strerror or e}") from None
     try:
         st = os.fstat(fd)

@@ -19,11 +19,10 @@ import hashlib
 import json
 import os
 import pathlib
-import re
-import stat
 
 from .bpe import Pair, bytes_to_unicode
 from .errors import CheckpointError
+from .smallfiles import json_depth, read_small_file
 
 __all__ = [
     "ENDOFTEXT",
@@ -45,61 +44,17 @@ MAX_FILE_BYTES = 64 << 20
 #: hostile file of nested brackets from exhausting ``json``'s recursion.
 MAX_JSON_DEPTH = 100
 
-_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-
 
 def read_file(path: pathlib.Path, limit: int | None = None) -> bytes:
     """The bytes of a regular file of at most ``limit`` (default :data:`MAX_FILE_BYTES`) bytes;
-    else a CheckpointError.
-
-    The file is opened without blocking (a FIFO would wait for a writer) and its type checked
-    on the open descriptor, so a file swapped for a device after a check cannot slip through.
-    """
-    limit = MAX_FILE_BYTES if limit is None else limit
-    try:
-        _check_regular(path, os.stat(path).st_mode)  # opening a socket fails unclearly
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot read vocabulary file ({e.strerror or e})") from None
-    with open(fd, "rb", closefd=True) as f:
-        _check_regular(path, os.fstat(fd).st_mode)  # it may have been swapped since the stat
-        try:
-            data = f.read(limit + 1)
-        except OSError as e:
-            raise CheckpointError(
-                f"{path}: cannot read vocabulary file ({e.strerror or e})"
-            ) from None
-    if len(data) > limit:
-        raise CheckpointError(f"{path}: larger than {limit:,} bytes, too large for a vocabulary")
-    return data
-
-
-def _check_regular(path: pathlib.Path, mode: int) -> None:
-    if not stat.S_ISREG(mode):
-        kind = _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")
-        raise CheckpointError(f"{path}: is {kind}, not a vocabulary file")
-
-
-_FILE_KINDS = {
-    stat.S_IFDIR: "a directory",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFSOCK: "a socket",
-}
+    else a CheckpointError naming it (:func:`gpt2np.smallfiles.read_small_file`: opened without
+    blocking, its type checked on the open descriptor, never read past the cap)."""
+    return read_small_file(path, MAX_FILE_BYTES if limit is None else limit)
 
 
 def too_deep(data: bytes) -> bool:
     """Whether brackets outside strings nest deeper than :data:`MAX_JSON_DEPTH` in ``data``."""
-    if data.count(b"[") + data.count(b"{") <= MAX_JSON_DEPTH:  # GPT-2's file: 81 in all
-        return False
-    depth = 0
-    for bracket in _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS):
-        depth += 1 if bracket in b"[{" else -1
-        if depth > MAX_JSON_DEPTH:
-            return True
-    return False
+    return json_depth(data) > MAX_JSON_DEPTH
 
 
 def parse_encoder(data: bytes, name: str) -> dict[str, int]:

@@ -254,13 +254,17 @@ def hparams_from_hf_config(config: Any, source: str) -> HParams:
             raise CheckpointError(f"{source} has {key}={value!r}; it must be true or false")
     if "layer_norm_epsilon" in config:
         eps = config["layer_norm_epsilon"]
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:
+        try:  # an int past float's range (JSON allows 1e39 written out) overflows float()
+            finite = not isinstance(eps, bool) and 0 < float(eps) < math.inf
+        except (TypeError, ValueError, OverflowError):
+            finite = False
+        if not finite or not isinstance(eps, (int, float)):
             raise CheckpointError(
-                f"{source} has layer_norm_epsilon={eps!r}; it must be a positive number"
+                f"{source} has layer_norm_epsilon={eps!r}; it must be a positive finite number"
             )
         settings["layer_norm_epsilon"] = float(eps)
     activation = config.get("activation_function", "gelu_new")
-    if activation not in ACTIVATIONS:
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:  # {} is unhashable
         raise CheckpointError(
             f"{source} has activation_function={activation!r}; gpt2np runs "
             f"{', '.join(map(repr, ACTIVATIONS))}"

@@ -1,0 +1,128 @@
+"""Worker threads for the fast kernels.
+
+NumPy lets go of Python's global lock inside its ufunc loops, its reductions and its BLAS calls,
+so plain Python threads run them on several cores at once. BLAS already spreads a large product
+over the cores; what it does not spread is the rest: the softmax's exp, GELU's tanh, LayerNorm's
+passes, and attention's many small products (each too small for BLAS to thread well). The fast
+kernels cut such work into parts and hand them to :func:`run`.
+
+How many threads: ``GPT2NP_NUM_THREADS`` when it is set; otherwise the CPUs this process may run
+on, but no more than ``OMP_NUM_THREADS`` or ``OPENBLAS_NUM_THREADS`` when either is set (whoever
+limits BLAS's threads wants no more of ours). :func:`set_threads` changes it at run time; with 1,
+everything runs in the calling thread. The numbers a kernel computes do not depend on it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional, TypeVar
+
+__all__ = ["default_threads", "run", "set_threads", "threads"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_ENV_LIMITS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+_threads: Optional[int] = None  # None: default_threads()
+_pool: Optional[ThreadPoolExecutor] = None
+_pool_key: tuple[int, int] = (0, 0)  # (pid, workers) the pool was made for
+_lock = threading.Lock()
+
+
+def _env_int(name: str) -> Optional[int]:
+    value = os.environ.get(name, "").strip()
+    try:
+        n = int(value)
+    except ValueError:
+        return None  # unset, or something we cannot read: not a limit
+    return n if n >= 1 else None
+
+
+def default_threads() -> int:
+    """The thread count the environment asks for (see the module docstring)."""
+    asked = _env_int("GPT2NP_NUM_THREADS")
+    if asked is not None:
+        return asked
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        n = os.cpu_count() or 1
+    for name in _ENV_LIMITS:
+        limit = _env_int(name)
+        if limit is not None:
+            n = min(n, limit)
+    return max(1, n)
+
+
+def threads() -> int:
+    """How many threads :func:`run` uses (the calling one included)."""
+    return default_threads() if _threads is None else _threads
+
+
+def set_threads(n: Optional[int]) -> None:
+    """Use ``n`` threads from now on (1: none besides the caller); None: the default again."""
+    global _threads
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
+        raise TypeError(f"threads must be an int or None, got {n!r}")
+    if n is not None and n < 1:
+        raise ValueError(f"threads must be at least 1, got {n}")
+    _threads = n
+
+
+def _executor(workers: int) -> ThreadPoolExecutor:
+    """The shared pool of ``workers`` threads, made anew after a fork (a forked child has none
+    of its parent's threads, and a pool that thinks it has would never run anything)."""
+    global _pool, _pool_key
+    key = (os.getpid(), workers)
+    with _lock:
+        if _pool is None or _pool_key != key:
+            if _pool is not None and _pool_key[0] == key[0]:
+                _pool.shutdown(wait=False)
+            _pool = ThreadPoolExecutor(workers, thread_name_prefix="gpt2np")
+            _pool_key = key
+        return _pool
+
+
+def run(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """[fn(item) for item in items], the items shared out among :func:`threads` threads.
+
+    The calling thread works too, and every thread takes the next item as soon as it is free,
+    so a core that another process keeps busy slows the whole by its share only. Returns when
+    every item is done (the items may write into shared arrays); the first exception raised by
+    an item is raised here, after the others have finished.
+    """
+    items = list(items)
+    n = min(threads(), len(items))
+    if n <= 1:
+        return [fn(item) for item in items]
+    results: list = [None] * len(items)
+    errors: list[BaseException] = []
+    taken = itertools.count()  # next() on it is atomic under the GIL
+    finished = threading.Semaphore(0)
+
+    def work() -> None:
+        # Waiting below is for the items, not for this task: a task that starts after the
+        # items ran out finds nothing to do, so run() never waits on a pool that is busy.
+        while (i := next(taken)) < len(items):
+            try:
+                if not errors:  # after a failure the remaining items are skipped
+                    results[i] = fn(items[i])
+            except BaseException as e:  # re-raised in the caller (Ctrl-C included)
+                errors.append(e)
+            finally:
+                finished.release()
+
+    pool = _executor(threads() - 1)
+    for _ in range(n - 1):
+        pool.submit(work)
+    work()
+    for _ in items:
+        finished.acquire()
+    if errors:
+        raise errors[0]
+    return results
