@@ -143,7 +143,8 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     −∞.   [..., V] -> float64 [..., V]"""
     x = np.asarray(logits, dtype=np.float64)
     shifted = x - x.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    lp: np.ndarray = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    return lp
 
 
 def sample(
@@ -162,7 +163,8 @@ def sample(
     if logits.ndim != 2:  # 1-D [V] used to fail with an IndexError on cdf[b, -1]
         raise ValueError(f"logits must be [B, V], got shape {logits.shape}")
     if temperature == 0:
-        return np.argmax(logits, axis=-1).astype(np.int64)
+        greedy: np.ndarray = np.argmax(logits, axis=-1).astype(np.int64)
+        return greedy
     if len(rngs) != len(logits):  # else rows without a generator kept np.empty's garbage
         raise ValueError(f"need one Generator per row: {len(logits)} rows, {len(rngs)} rngs")
     probs = _probabilities(logits, temperature, top_k, top_p)  # [B, V]
