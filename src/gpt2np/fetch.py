@@ -409,7 +409,8 @@ def _reader(resp: requests.Response) -> Callable[[int], bytes]:
     raw = resp.raw
     if hasattr(raw, "read1"):  # urllib3 >= 2
         return lambda n: raw.read1(n, decode_content=False)
-    read1: Callable[[int], bytes] = raw._fp.read1  # urllib3 1.26: http.client's response
+    legacy: Any = raw  # urllib3 1.26, which the stubs (urllib3 2's) do not describe
+    read1: Callable[[int], bytes] = legacy._fp.read1  # http.client's response under it
     return read1
 
 
