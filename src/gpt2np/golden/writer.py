@@ -165,25 +165,29 @@ def _run(model: GPT2, batch: Batch, out: _Out, traced: list[str]) -> None:
     out.tensor("ids", ids[:, batch.T_past :])
     if batch.T_past:
         out.tensor("prefix_ids", ids[:, : batch.T_past])
-    if batch.targets is not None:
-        out.tensor("targets", batch.targets)
-    loss = None if batch.targets is None else np.zeros(batch.targets.shape, np.float64)
+    targets = batch.targets  # [B, T] or None
+    if targets is not None:
+        out.tensor("targets", targets)
+    loss: Optional[np.ndarray] = None if targets is None else np.zeros(targets.shape, np.float64)
     if not batch.padded:  # one pass over the whole batch
         past = _past(model, ids[:, : batch.T_past], out, None)
         t = trace_each(model, ids[:, batch.T_past :], out.tensor, past=past, names=traced)
-        if loss is not None:
+        if targets is not None and loss is not None:
             for b in range(batch.B):
-                loss[b] = _loss(t.logits[b], batch.targets[b])
+                loss[b] = _loss(t.logits[b], targets[b])
     else:  # each row alone, on its real tokens, placed after its padding
         for b in range(batch.B):
             prefix, step = batch.split(b)
             past = _past(model, np.array([prefix], np.int64), out, b)
-            emit: Callable = lambda name, a, b=b: out.row(name, b, a)  # noqa: E731
+
+            def emit(name: str, a: np.ndarray, b: int = b) -> None:
+                out.row(name, b, a)
+
             t = trace_each(model, [step], emit, past=past, names=traced)
-            if loss is not None:  # step position t is row position t - first
+            if targets is not None and loss is not None:  # step's position t is row's t - first
                 first, end = batch.T - len(step), loss.shape[1]
                 if end > first:
-                    loss[b, first:] = _loss(t.logits[0], batch.targets[b, first:])
+                    loss[b, first:] = _loss(t.logits[0], targets[b, first:])
     if loss is not None:
         real = batch.real_queries()[:, : loss.shape[1]]
         out.tensor("loss", np.where(real, loss, 0.0))
@@ -198,12 +202,12 @@ def _past(model: GPT2, prefix: np.ndarray, out: _Out, row: Optional[int]) -> Opt
     present = None
     if prefix.shape[1]:
         _, present = forward(model.params, model.hparams, prefix)  # [B, L, 2, H, T_past, Dh]
-    if row is None:
-        out.tensor("past", present)
-    else:
+    if row is not None:
         _, shape, _ = out.layout["past"]
         empty = np.zeros((1, *shape[1:4], 0, shape[5]))
         out.row("past", row, empty if present is None else present)
+    elif present is not None:  # (the layout has a past only for a prefix; finish() checks)
+        out.tensor("past", present)
     return present
 
 
@@ -301,7 +305,11 @@ def _verify(tmp: pathlib.Path, manifest: dict[str, Any]) -> None:
         for t in manifest["tensors"]:
             h = g.header(t["name"])
             at = g.data_offset(t["name"])
-            if (h.dtype.name, list(h.shape), at) != (t["dtype"], t["shape"], t["offset"]):
+            if at is None or (h.dtype.name, list(h.shape), at) != (
+                t["dtype"],
+                t["shape"],
+                t["offset"],
+            ):
                 raise OSError(f"{tmp}: tensor {t['name']} differs after reading it back")
             if at % ALIGN:
                 raise OSError(f"{tmp}: tensor {t['name']} is not {ALIGN}-byte aligned")
