@@ -31,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from .fast_rows import share_rows
 from .kvcache import KVCache, forward_cached
@@ -65,9 +66,9 @@ class Score:
     n_tokens       int            N, the number of input tokens (N - 1 of them are scored)
     """
 
-    ids: np.ndarray
-    token_logprobs: np.ndarray
-    context_len: np.ndarray
+    ids: npt.NDArray[np.int64]
+    token_logprobs: npt.NDArray[np.float64]
+    context_len: npt.NDArray[np.int64]
     nll: float
     perplexity: float
     n_tokens: int
