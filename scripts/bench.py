@@ -8,10 +8,11 @@
     python scripts/bench.py --vs-torch --size 355M --only prefill   # one case, random 355M weights
     python scripts/bench.py --vs-torch --only score   # score() against HF's perplexity recipe
 
-Cases (--only picks those whose name contains the text): forward T=128/512/1024 (all logits),
-prefill T=1024 (last logits), decode B=1 (with the matrix-vector floor measured alongside),
-decode B=8, score (a 20,000-token text, stride 512). The machine's load average is printed at
-the start and the end: on a shared machine the numbers mean little when it is high.
+Cases (--only picks those whose name contains the text, or one of several separated by
+commas): forward T=128/512/1024 (all logits), prefill T=1024 (last logits), decode B=1 (with the
+matrix-vector floor measured alongside), decode B=8, score (a 20,000-token text, stride 512),
+beam search. The machine's load average is printed at the start and the end: on a shared
+machine the numbers mean little when it is high.
 
 Timings are medians of alternating runs (gpt2np, torch, gpt2np, torch, ...) so that both see the
 same machine state; ratios are torch time / gpt2np time (> 1: gpt2np is faster). Nothing here is
@@ -141,6 +142,11 @@ def beam_ratio(model: gpt2np.GPT2, repeats: int) -> None:
     for name, dt in t.items():
         print(f"  {name:32s} {dt:9.3f}s   {4 * NEW_TOKENS / dt:6.1f} tok/s   "
               f"{separate / dt:4.2f}x the tokens/s of 4 x batch-1")  # fmt: skip
+
+
+def selected(name: str, only: str | None) -> bool:
+    """Whether --only picks the case ``name``: no --only, or one of its texts is in the name."""
+    return not only or any(text in name for text in only.split(","))
 
 
 def hf_model(model: gpt2np.GPT2) -> object:
@@ -373,7 +379,11 @@ def main() -> None:
     ap.add_argument("--tf-python", help="a python with tensorflow, to time TF's own loading")
     ap.add_argument("--load-rounds", type=int, default=5, help="rounds of the load timings")
     ap.add_argument("--skip-model", action="store_true", help="only the load timings (--ckpt)")
-    ap.add_argument("--only", help="run only the cases whose name contains this text")
+    ap.add_argument(
+        "--only",
+        help="run only the cases whose name contains this text (or one of "
+        "several, comma-separated: --only 'prefill,decode B=1')",
+    )
     ap.add_argument("--rows", action="store_true", help="also probe the products for 1-16 rows")
     args = ap.parse_args()
     if args.vs_torch:
@@ -409,7 +419,7 @@ def main() -> None:
         header += f" {'torch':>10s} {'ratio':>7s}"
     print(header)
     for name, fn in ours.items():
-        if args.only and args.only not in name:
+        if not selected(name, args.only):
             continue
         fns = {"np": fn} | ({"torch": theirs[name]} if name in theirs else {})
         if name.startswith("decode B=1:"):  # the floor, measured in turn with the others
@@ -429,7 +439,7 @@ def main() -> None:
         if name.startswith("score"):
             line += "   perplexity " + ", ".join(f"{k} {v:.4f}" for k, v in RESULTS.items())
         print(line, flush=True)
-    if not args.only or args.only in "beam search":
+    if selected("beam search", args.only):
         beam_ratio(model, args.repeats)
     if args.rows:
         rows_probe(model, args.repeats * 3)

@@ -233,6 +233,16 @@ def test_hf_sharded_dir_equals_the_single_file(tmp_path):
         load(d)
 
 
+def test_hf_sharded_index_with_an_empty_weight_map_is_refused(tmp_path):
+    """The fuzz tier found an empty weight_map raising IndexError."""
+    d = copy(tmp_path, FIXTURES / "hf" / "sharded")
+    index = json.loads((d / "model.safetensors.index.json").read_text())
+    index["weight_map"] = {}
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(CheckpointError, match="empty weight_map"):
+        load(d)
+
+
 def hf_copy_with(tmp_path, change):
     d = copy(tmp_path, HF_SMALL)
     tensors = {k: np.array(v) for k, v in read_safetensors(d / "model.safetensors").items()}

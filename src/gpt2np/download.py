@@ -51,7 +51,7 @@ from typing import Any, Optional, Union
 from . import fetch as _fetch
 from . import hparams as _hparams
 from .errors import CheckpointError, DownloadError
-from .paths import home_dir
+from .paths import fsync_dir, home_dir
 from .progress import show_progress, tqdm
 from .release_checks import (
     check_checkpoint_state,
@@ -346,7 +346,7 @@ def _install(
         _write_atomic(staging / MANIFEST, manifest)
         try:
             os.rename(staging, directory)  # the model appears whole, or not at all
-            _fetch._fsync_dir(directory.parent)
+            fsync_dir(directory.parent)
             return
         except OSError:  # created meanwhile by someone else: fill it file by file
             (staging / MANIFEST).unlink()
@@ -355,7 +355,7 @@ def _install(
             os.replace(path, directory / fname)
     for stale in leftovers:
         (directory / stale).unlink(missing_ok=True)
-    _fetch._fsync_dir(directory)
+    fsync_dir(directory)
     _write_atomic(directory / MANIFEST, manifest)
     shutil.rmtree(staging, ignore_errors=True)
 

@@ -58,6 +58,7 @@ from typing import Any, Callable, Optional
 import requests
 
 from .errors import DownloadError
+from .paths import fsync_dir
 from .progress import tqdm
 
 __all__ = ["RemoteFile", "Unreachable", "check", "content_md5", "fetch", "new_session"]
@@ -391,7 +392,7 @@ class _Transfer:
         self.remote.origin_path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):  # others may still be arriving there
             part.parent.rmdir()
-        _fsync_dir(dest.parent)
+        fsync_dir(dest.parent)
 
     def _discard(self) -> None:
         self.remote.part.unlink(missing_ok=True)
@@ -489,17 +490,3 @@ def _write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(value, indent=1), encoding="utf-8")
     os.replace(tmp, path)
-
-
-def _fsync_dir(directory: pathlib.Path) -> None:
-    """Make a rename in ``directory`` durable (POSIX; elsewhere a no-op)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import pathlib
 
-__all__ = ["expand_user", "home_dir"]
+__all__ = ["expand_user", "fsync_dir", "home_dir"]
 
 
 def home_dir() -> pathlib.Path:
@@ -31,3 +31,19 @@ def expand_user(path: str, what: str) -> str:
         who = f"user {user!r}" if user else "the current user"
         raise ValueError(f"{what} {path!r} starts with ~, but {who} has no home directory here")
     return expanded
+
+
+def fsync_dir(directory: os.PathLike[str] | str) -> None:
+    """Make a rename in ``directory`` durable: a file renamed into place survives a crash only
+    once its directory is synced too (POSIX; best effort, and a no-op where a directory cannot
+    be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

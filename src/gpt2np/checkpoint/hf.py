@@ -40,6 +40,8 @@ def shard_names(index_path: str) -> list[str]:
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise CheckpointError(f"{index_path} has no weight_map of tensor names to files")
+    if not weight_map:
+        raise CheckpointError(f"{index_path} has an empty weight_map: it names no tensor")
     names = sorted(set(weight_map.values()))
     if any(os.path.basename(f) != f or f in ("", ".", "..") for f in names):
         raise CheckpointError(f"{index_path} names files outside its directory")

@@ -21,6 +21,7 @@ import numpy as np
 
 from .._version import __version__
 from ..model import forward
+from ..paths import fsync_dir
 from ..trace import Names, selected_names, tensor_axes, tensor_shapes, trace_each
 from .inputs import Batch, batch_of
 from .manifest import FORMAT, FORMAT_VERSION, MANIFEST_KEY, weights_sha256
@@ -255,7 +256,7 @@ def _write_atomically(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    _sync_directory(path.parent)
+    fsync_dir(path.parent)
 
 
 def _fix_layout(
@@ -313,17 +314,3 @@ def _verify(tmp: pathlib.Path, manifest: dict[str, Any]) -> None:
                 raise OSError(f"{tmp}: tensor {t['name']} differs after reading it back")
             if at % ALIGN:
                 raise OSError(f"{tmp}: tensor {t['name']} is not {ALIGN}-byte aligned")
-
-
-def _sync_directory(directory: pathlib.Path) -> None:
-    """Make the rename durable (best effort: not every OS can open a directory)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
