@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -145,3 +146,13 @@ def test_ci_runs_the_readme_test_command_exactly() -> None:
     assert f"\n{command}\n" in readme.split("## Three ways", 1)[0]  # the first code block
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
     assert any(line.startswith(command + " ") or line == command for line in ci)
+
+
+def test_every_type_ignore_names_its_error_and_says_why() -> None:
+    """mypy runs strict in CI; an ignore must be as narrow as one error code and explained."""
+    bare = []
+    for path in sorted((ROOT / "src" / "gpt2np").rglob("*.py")):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if "type: ignore" in line and not re.search(r"type: ignore\[[a-z-]+\]  # \S", line):
+                bare.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not bare, "\n".join(bare)

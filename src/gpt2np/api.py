@@ -263,8 +263,7 @@ def _signature() -> tuple[inspect.Signature, set[str]]:
     return inspect.Signature([*own, *theirs]), {p.name for p in theirs}
 
 
-# (a function takes any attribute; typeshed's FunctionType declares no __signature__)
-generate.__signature__, _GENERATE_KEYWORDS = _signature()  # type: ignore[attr-defined]
+generate.__signature__, _GENERATE_KEYWORDS = _signature()  # type: ignore[attr-defined]  # not in typeshed's FunctionType
 
 
 def _resolve_model(model: Any, dtype: Any, progress: Optional[bool] = None) -> GPT2:
