@@ -7,6 +7,7 @@ and beam search against HF: test_generate_vs_hf.py.)"""
 from __future__ import annotations
 
 import codecs
+import fractions
 import os
 import pathlib
 import types
@@ -546,6 +547,18 @@ def test_bad_combinations_are_refused_before_a_model_is_loaded(tiny_model, monke
         gpt2np.generate("hi", 4, model="124M", **kw)
     with pytest.raises((ValueError, TypeError)):
         generate([1, 2], tiny_model, max_new_tokens=4, **kw)
+
+
+@pytest.mark.parametrize(
+    "length_penalty, error", [(10**400, ValueError), ("1", TypeError)], ids=["10**400", "str"]
+)
+def test_length_penalty_beyond_a_float_is_refused_by_name(tiny_model, length_penalty, error):
+    """An int beyond float's range failed in np.isfinite with NumPy's own TypeError."""
+    kw = dict(max_new_tokens=2, num_beams=2)
+    with pytest.raises(error, match="length_penalty must be"):
+        generate([1, 2], tiny_model, length_penalty=length_penalty, **kw)
+    half = generate([1, 2], tiny_model, length_penalty=fractions.Fraction(1, 2), **kw)
+    assert half == generate([1, 2], tiny_model, length_penalty=0.5, **kw)
 
 
 def test_generation_config_max_length_counts_the_start_token_of_an_unconditional_sample(

@@ -283,6 +283,15 @@ def test_a_port_member_with_a_bad_crc_is_caught_while_streaming(golden_path, tmp
         gpt2np.compare(golden_path, port)
 
 
+def test_reading_a_closed_golden_file_says_so(golden_path) -> None:
+    """A tensor not read before close() was looked up as a directory's file: a TypeError from
+    os.open about a ZipInfo (mypy found the member's two types)."""
+    with GoldenFile(golden_path) as f:
+        name = f.names[-1]
+    with pytest.raises(gpt2np.CheckpointError, match=rf"cannot read tensor {name}: .* is closed"):
+        f.read(name)
+
+
 def test_fortran_order_and_big_endian_members(golden_path, tmp_path) -> None:
     """np.save of a transposed array writes Fortran order; a big-endian port writes '>f4'."""
     with np.load(golden_path) as z:

@@ -4,6 +4,8 @@ argument checks. HF's generate with these rules is matched id for id in test_gen
 
 from __future__ import annotations
 
+import fractions
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -196,6 +198,16 @@ def test_bad_words_can_ban_endoftext_itself(tiny_model):
 def test_bad_arguments(kw, error):
     with pytest.raises(error):
         check_penalties(**kw)
+
+
+@pytest.mark.parametrize("name", ["repetition_penalty", "presence_penalty", "frequency_penalty"])
+def test_every_real_number_is_read_as_a_float(name):
+    """Any numbers.Real is a number here; np.isfinite refused a Fraction and an int beyond
+    float's range with its own TypeError."""
+    penalties = check_penalties(**{name: fractions.Fraction(3, 2)})
+    assert getattr(penalties, name) == 1.5 and type(getattr(penalties, name)) is float
+    with pytest.raises(ValueError, match=f"{name} must be finite"):
+        check_penalties(**{name: 10**400})
 
 
 def test_bad_word_outside_the_vocabulary_is_refused(tiny_model):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -41,10 +42,13 @@ def test_importing_every_module_pulls_in_no_test_only_package() -> None:
 def test_runtime_dependencies_are_the_four() -> None:
     try:
         import tomllib
-    except ImportError:  # Python < 3.11
-        pytest.skip("tomllib needs Python 3.11")
-    with open(ROOT / "pyproject.toml", "rb") as f:
-        deps = tomllib.load(f)["project"]["dependencies"]
+    except ImportError:  # Python < 3.11: what the installed metadata says pyproject declared
+        from importlib import metadata
+
+        deps = [r for r in metadata.requires("gpt2np") or [] if "extra ==" not in r]
+    else:
+        with open(ROOT / "pyproject.toml", "rb") as f:
+            deps = tomllib.load(f)["project"]["dependencies"]
     names = sorted(d.split(">")[0].split("=")[0].split("<")[0].strip() for d in deps)
     assert names == ["numpy", "regex", "requests", "tqdm"]
 
@@ -81,3 +85,74 @@ def test_ruff(command: list[str]) -> None:
     out = subprocess.run([_ruff(), *command, "src", "tests", "scripts"], cwd=ROOT,
                          capture_output=True, text=True)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def _check_imports(*args: str) -> subprocess.CompletedProcess[str]:
+    script = ROOT / "scripts" / "check_imports.py"
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+
+
+def test_gpt2np_imports_only_its_four_dependencies_and_the_standard_library() -> None:
+    """At import time and while it works (a forward pass, fast and clear, the tokenizer,
+    generate, score): whatever else appears in sys.modules fails the check."""
+    proc = _check_imports()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("ok: beyond the standard library, only "), proc.stdout
+    named = set(proc.stdout.split("only ", 1)[1].strip().split(", "))
+    assert {"gpt2np", "numpy", "regex", "requests", "tqdm"} <= named, named
+
+
+def test_the_import_check_fails_on_another_package() -> None:
+    """hypothesis (the test extra's) stands for a dependency the library must not grow."""
+    proc = _check_imports("--also-import", "hypothesis")
+    assert proc.returncode == 1
+    assert "gpt2np imported" in proc.stderr and "hypothesis" in proc.stderr, proc.stderr
+
+
+def test_one_version_in_pyproject_the_package_the_metadata_and_the_cli() -> None:
+    from importlib import metadata
+
+    from gpt2np import _version
+
+    assert gpt2np.__version__ == _version.__version__
+    assert metadata.version("gpt2np") == gpt2np.__version__, "reinstall: pip install -e ."
+    out = subprocess.run([sys.executable, "-m", "gpt2np", "--version"], capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    assert out.stdout.strip() == f"gpt2np {gpt2np.__version__}"
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11: the text says it as well
+        text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+        assert 'dynamic = ["version"]' in text
+        assert 'version = { attr = "gpt2np._version.__version__" }' in text
+    else:
+        with open(ROOT / "pyproject.toml", "rb") as f:
+            project = tomllib.load(f)
+        assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
+        dynamic = project["tool"]["setuptools"]["dynamic"]["version"]
+        assert dynamic == {"attr": "gpt2np._version.__version__"}
+
+
+def test_the_changelog_has_a_section_for_what_comes_next() -> None:
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    releases = [line for line in text.splitlines() if line.startswith("## ")]
+    assert releases and releases[0] in ("## [Unreleased]", f"## [{gpt2np.__version__}]"), releases
+
+
+def test_ci_runs_the_readme_test_command_exactly() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = 'pip install -e ".[test]" && pytest'
+    assert f"\n{command}\n" in readme.split("## Three ways", 1)[0]  # the first code block
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert any(line.startswith(command + " ") or line == command for line in ci)
+
+
+def test_every_type_ignore_names_its_error_and_says_why() -> None:
+    """mypy runs strict in CI; an ignore must be as narrow as one error code and explained."""
+    bare = []
+    for path in sorted((ROOT / "src" / "gpt2np").rglob("*.py")):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if "type: ignore" in line and not re.search(r"type: ignore\[[a-z-]+\]  # \S", line):
+                bare.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not bare, "\n".join(bare)

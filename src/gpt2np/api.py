@@ -200,8 +200,9 @@ def save(model: GPT2, out_dir: PathLike) -> None:
     save_dir(out_dir, model.hparams, model.params, vocabulary, model.generation_config)
 
 
-def _vocabulary_files(model: GPT2) -> Optional[tuple[str, str]]:
-    """The files of the model's tokenizer (encoder, merges), or None if it has none to copy."""
+def _vocabulary_files(model: GPT2) -> Optional[tuple[str, ...]]:
+    """The files of the model's tokenizer, (encoder, merges) or (tokenizer.json,), or None if
+    it has none to copy."""
     try:
         tokenizer = model.tokenizer  # a loaded model parses its vocabulary files here
     except CheckpointError:  # those files are damaged: say so rather than save without them
@@ -209,7 +210,7 @@ def _vocabulary_files(model: GPT2) -> Optional[tuple[str, str]]:
     except ValueError:  # a vocabulary other than GPT-2's, and no tokenizer given
         return None
     files = getattr(tokenizer, "files", None)
-    return tuple(files) if files else None  # type: ignore[return-value]  # (encoder, merges)
+    return tuple(files) if files else None
 
 
 # -- gpt2np.generate: a model by name, loaded once per process ------------------------------
@@ -262,7 +263,7 @@ def _signature() -> tuple[inspect.Signature, set[str]]:
     return inspect.Signature([*own, *theirs]), {p.name for p in theirs}
 
 
-generate.__signature__, _GENERATE_KEYWORDS = _signature()  # type: ignore[attr-defined]
+generate.__signature__, _GENERATE_KEYWORDS = _signature()  # type: ignore[attr-defined]  # not in typeshed's FunctionType
 
 
 def _resolve_model(model: Any, dtype: Any, progress: Optional[bool] = None) -> GPT2:

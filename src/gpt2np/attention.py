@@ -87,7 +87,8 @@ def attend(
     scores = q @ k.swapaxes(-1, -2) * scale  # [B, H, T, S]
     scores = record("scores", scores)
     probs = record("probs", softmax(np.where(mask, scores, masked_score(scores.dtype))))
-    return probs @ v  # [B, H, T, S] @ [B, H, S, Dh] -> [B, H, T, Dh]
+    out: np.ndarray = probs @ v  # [B, H, T, S] @ [B, H, S, Dh] -> [B, H, T, Dh]
+    return out
 
 
 def attention(

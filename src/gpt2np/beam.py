@@ -169,7 +169,7 @@ class _Search:
         return [b for b, _, _ in running], [j for _, j, _ in running]
 
     def _extend(
-        self, b: int, j: int, reported: np.ndarray, logprobs: Optional[int], keep_token=True
+        self, b: int, j: int, reported: np.ndarray, logprobs: Optional[int], keep_token: bool = True
     ) -> Hypothesis:
         """Beam b's record followed by token j (its id only if ``keep_token``)."""
         old = self.records[b]

@@ -11,6 +11,7 @@ import operator
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from .hparams import HParams
 from .kvcache import KVCache
@@ -26,7 +27,7 @@ __all__ = [
 ]
 
 
-def check_ids(ids: Any, n_vocab: int) -> np.ndarray:
+def check_ids(ids: Any, n_vocab: int) -> npt.NDArray[np.int64]:
     """Token ids as an int64 array [B, T] (a [T] becomes [1, T]), each in [0, n_vocab)."""
     if isinstance(ids, (str, bytes)):
         raise TypeError("ids must be integer token ids; encode text with model.tokenizer")

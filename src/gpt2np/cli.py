@@ -30,13 +30,14 @@ import os
 import pathlib
 import sys
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from .cli_common import load_model, parse_ids, progress_of, read_stdin_text
 
 __all__ = ["build_parser", "main"]
 
 EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+T = TypeVar("T")
 #: The text and ids arguments (of every command) that read stdin when given as "-".
 STDIN_ARGS = ("prompt", "text", "ids")
 
@@ -146,7 +147,7 @@ def _top_p(text: str) -> float:
     return value
 
 
-def _parse(kind: type, text: str, what: str) -> Any:
+def _parse(kind: Callable[[str], T], text: str, what: str) -> T:
     try:
         return kind(text)
     except ValueError:

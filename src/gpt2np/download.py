@@ -46,7 +46,7 @@ import shutil
 import sys
 import threading
 import time
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from . import fetch as _fetch
 from . import hparams as _hparams
@@ -65,7 +65,7 @@ from .tokenizer import ENCODER_JSON_SHA256, VOCAB_BPE_SHA256
 try:
     import fcntl
 except ImportError:  # Windows: fall back to an O_EXCL lock file
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # the module's name, None where there is none
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -120,7 +120,7 @@ def resolve_name(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def model_dir(name: str, models_dir: Union[str, os.PathLike, None] = None) -> pathlib.Path:
+def model_dir(name: str, models_dir: Union[str, os.PathLike[str], None] = None) -> pathlib.Path:
     """Where ``download(name)`` puts the files: ``<models_dir or $GPT2NP_HOME/models>/<name>``.
 
     ``name`` is checked against the known sizes, so it can never walk out of the directory.
@@ -144,7 +144,7 @@ def lock_path(directory: pathlib.Path) -> pathlib.Path:
 
 def download(
     name: str,
-    models_dir: Union[str, os.PathLike, None] = None,
+    models_dir: Union[str, os.PathLike[str], None] = None,
     progress: Optional[bool] = None,
     base_url: Optional[str] = None,
 ) -> pathlib.Path:
@@ -176,14 +176,14 @@ def download(
     return directory
 
 
-def missing_files(directory: Union[str, os.PathLike]) -> list[str]:
+def missing_files(directory: Union[str, os.PathLike[str]]) -> list[str]:
     """The release files that ``directory`` lacks (absent, empty, or not a regular file), in
     :data:`MODEL_FILES` order; [] when all seven are there. Looks at names and sizes only."""
     directory = pathlib.Path(directory)
     return [f for f in MODEL_FILES if not _nonempty_file(directory / f)]
 
 
-def check_complete(directory: Union[str, os.PathLike]) -> pathlib.Path:
+def check_complete(directory: Union[str, os.PathLike[str]]) -> pathlib.Path:
     """``directory`` if it holds all seven release files, else a CheckpointError naming what is
     missing and how to get it (resume the download, or copy the files by hand)."""
     directory = pathlib.Path(directory)
@@ -244,7 +244,7 @@ def _is_complete(directory: pathlib.Path) -> bool:
         return False
 
 
-def _read_manifest(directory: pathlib.Path) -> dict:
+def _read_manifest(directory: pathlib.Path) -> dict[str, Any]:
     """{file: size} from a current manifest, or {} (none, unreadable, or from before 2)."""
     try:
         manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
@@ -258,7 +258,10 @@ def _remote(
     name: str, fname: str, base: str, dest: pathlib.Path, index: pathlib.Path
 ) -> _fetch.RemoteFile:
     """What release file ``fname`` must be (the data file: as the verified ``index`` says)."""
-    url, size, digests, verify = f"{base}/{name}/{fname}", None, {}, None
+    url = f"{base}/{name}/{fname}"
+    size: Optional[int] = None
+    digests: dict[str, str] = {}
+    verify: Optional[_fetch.Check] = None
     published = _hparams.HPARAMS[name]
     if fname in SHA256_PINS:
         digests = {"sha256": SHA256_PINS[fname]}
@@ -294,7 +297,12 @@ def _fetch_release(name: str, directory: pathlib.Path, base: str, shown: bool) -
 
 
 def _fetch_into(
-    name: str, directory: pathlib.Path, staging: pathlib.Path, base: str, shown: bool, verified
+    name: str,
+    directory: pathlib.Path,
+    staging: pathlib.Path,
+    base: str,
+    shown: bool,
+    verified: dict[str, pathlib.Path],
 ) -> None:
     """Fill ``verified`` with the path of each release file that verifies: in ``directory``
     if it was already there, else fetched into ``staging``."""
@@ -321,7 +329,9 @@ def _fetch_into(
                 verified[fname] = staged
 
 
-def _install(directory: pathlib.Path, staging: pathlib.Path, verified: dict, base: str) -> None:
+def _install(
+    directory: pathlib.Path, staging: pathlib.Path, verified: dict[str, pathlib.Path], base: str
+) -> None:
     """Put the staged files under their final names, the manifest last."""
     sizes = {f: verified[f].stat().st_size for f in MODEL_FILES}
     manifest = json.dumps({"version": MANIFEST_VERSION, "base_url": base, "sizes": sizes})
@@ -396,7 +406,7 @@ class _Lock:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.use_fcntl:
+        if self._fd is not None:  # fcntl's lock
             os.close(self._fd)  # closing releases the flock; the file stays (unlinking races)
         else:
             self._stop.set()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from types import FrameType
+from typing import Optional
 
 __all__ = ["CheckpointError", "DownloadError", "warn"]
 
@@ -31,7 +33,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 def warn(message: str, category: type[Warning] = UserWarning) -> None:
     """``warnings.warn`` attributed to the first caller outside gpt2np (the user's line), however
     deep inside the package the warning arises."""
-    level, frame = 2, sys._getframe(1)  # stacklevel 2: the function that called warn()
+    level = 2  # stacklevel 2: the function that called warn()
+    frame: Optional[FrameType] = sys._getframe(1)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
         level, frame = level + 1, frame.f_back
     warnings.warn(message, category, stacklevel=level)

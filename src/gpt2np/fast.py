@@ -20,7 +20,7 @@ runs at about twice the speed of the single [N, D] · [D, V] product when N is 2
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from typing import Callable, NamedTuple, Optional, Protocol
 
 import numpy as np
 
@@ -33,7 +33,9 @@ from .model import head
 __all__ = [
     "CLEAR",
     "FAST",
+    "Attend",
     "Kernels",
+    "Norm",
     "gelu_inplace",
     "gelu_rows",
     "head_few_rows",
@@ -108,7 +110,7 @@ def head_few_rows(h: np.ndarray, wte: np.ndarray, vocab_slice: int = VOCAB_SLICE
     rows = h.reshape(-1, h.shape[-1])  # [N, D]
     V = wte.shape[0]
     if rows.shape[0] > FEW_ROWS:
-        logits = rows @ wte.T  # the clear head's product: [N, D] @ [D, V]
+        logits: np.ndarray = rows @ wte.T  # the clear head's product: [N, D] @ [D, V]
     else:
         dtype = np.result_type(rows, wte)
         by_word = np.empty((V, rows.shape[0]), dtype=dtype)  # [V, N]
@@ -116,6 +118,24 @@ def head_few_rows(h: np.ndarray, wte: np.ndarray, vocab_slice: int = VOCAB_SLICE
             np.matmul(wte[v0 : v0 + vocab_slice], rows.T, out=by_word[v0 : v0 + vocab_slice])
         logits = np.ascontiguousarray(by_word.T)  # [N, V]
     return logits.reshape(*h.shape[:-1], V)
+
+
+class Attend(Protocol):
+    """attend(q, k, v, mask, scale=None): the call :class:`Kernels` makes of its attention."""
+
+    def __call__(
+        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, /,
+        *, scale: Optional[float] = None,
+    ) -> np.ndarray: ...  # fmt: skip
+
+
+class Norm(Protocol):
+    """norm(x, g, b, eps=1e-5): the call :class:`Kernels` makes of its LayerNorm (g and b by
+    name, as ``**params["ln_1"]`` passes them)."""
+
+    def __call__(
+        self, x: np.ndarray, /, g: np.ndarray, b: np.ndarray, eps: float = 1e-5
+    ) -> np.ndarray: ...
 
 
 class Kernels(NamedTuple):
@@ -129,10 +149,10 @@ class Kernels(NamedTuple):
     norm(x, g, b, eps=1e-5) -> layernorm(x, g, b, eps).
     """
 
-    attend: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+    attend: Attend
     act: Callable[[np.ndarray], np.ndarray]
     head: Callable[[np.ndarray, np.ndarray], np.ndarray]
-    norm: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+    norm: Norm
 
 
 CLEAR = Kernels(attend, gelu, head, layernorm)

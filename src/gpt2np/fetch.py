@@ -75,6 +75,9 @@ READ_SIZE = 1 << 20  # most bytes taken from the socket in one read
 HASH_BLOCK = 16 << 20  # bytes read at a time when hashing a file
 RETRY_STATUSES = frozenset({408, 429})  # 4xx worth retrying, besides every 5xx
 
+#: A check of a complete file's contents: why it is wrong, or None when it is right.
+Check = Callable[[pathlib.Path], Optional[str]]
+
 
 class Unreachable(DownloadError):
     """The server could not be reached, or kept failing: no network, a wrong host, timeouts.
@@ -121,7 +124,7 @@ class RemoteFile:
     dest: pathlib.Path
     size: Optional[int] = None
     digests: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    verify: Optional[Callable[[pathlib.Path], Optional[str]]] = None
+    verify: Optional[Check] = None
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
     declared: Callable[[Mapping[str, str], bool], dict[str, str]] = content_md5
     allow_html: bool = False
@@ -232,13 +235,14 @@ class _Transfer:
     def _attempt(self) -> None:
         """One request; returns once the partial file holds every byte, else raises _Retry."""
         remote, offset = self.remote, _size(self.remote.part)
-        if offset and not _validator(self.origin):
+        validator = _validator(self.origin)
+        if offset and not validator:
             self._discard()  # nothing would tell us if the file changed since: start afresh
             offset = 0
         headers = dict(remote.headers)
-        if offset:
+        if offset and validator:
             headers["Range"] = f"bytes={offset}-"
-            headers["If-Range"] = _validator(self.origin)
+            headers["If-Range"] = validator
         with self._request(headers) as resp:
             accepted = self._accept(resp, offset)
             if accepted is None:  # a 416: the partial file holds the whole file already
@@ -406,7 +410,9 @@ def _reader(resp: requests.Response) -> Callable[[int], bytes]:
     raw = resp.raw
     if hasattr(raw, "read1"):  # urllib3 >= 2
         return lambda n: raw.read1(n, decode_content=False)
-    return raw._fp.read1  # urllib3 1.26: http.client's response under it
+    legacy: Any = raw  # urllib3 1.26, which the stubs (urllib3 2's) do not describe
+    read1: Callable[[int], bytes] = legacy._fp.read1  # http.client's response under it
+    return read1
 
 
 def _validator(origin: Mapping[str, Any]) -> Optional[str]:
@@ -416,13 +422,15 @@ def _validator(origin: Mapping[str, Any]) -> Optional[str]:
 def _content_range(value: Optional[str]) -> tuple[Optional[int], Optional[int]]:
     """``bytes START-END/TOTAL`` (or ``bytes */TOTAL``) -> (START or None, TOTAL or None)."""
     try:
-        unit, spec = value.split(" ", 1)  # type: ignore[union-attr]
+        if value is None:
+            raise ValueError(value)
+        unit, spec = value.split(" ", 1)
         span, total = spec.split("/")
         if unit != "bytes":
             raise ValueError(unit)
         start = None if span == "*" else int(span.split("-")[0])
         return start, (None if total == "*" else int(total))
-    except (AttributeError, ValueError):
+    except ValueError:
         raise _Restart(f"unreadable Content-Range {value!r}") from None
 
 
@@ -468,7 +476,7 @@ def _size(path: pathlib.Path) -> int:
         return 0
 
 
-def _read_json(path: pathlib.Path) -> dict:
+def _read_json(path: pathlib.Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -478,7 +486,7 @@ def _read_json(path: pathlib.Path) -> dict:
     return {"digests": {}, **value}
 
 
-def _write_json(path: pathlib.Path, value: dict) -> None:
+def _write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(value, indent=1), encoding="utf-8")
     os.replace(tmp, path)

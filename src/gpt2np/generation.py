@@ -42,7 +42,7 @@ import numpy as np
 from .beam import beam_search
 from .completion import Completion
 from .generation_args import CONTEXT_MODES, Options, check_args
-from .generation_rows import IdRow, TextRow
+from .generation_rows import IdRow, Row, TextRow
 from .progress import show_progress, tqdm
 from .sampling import log_probabilities, log_softmax, sample, top_k_indices
 
@@ -221,7 +221,7 @@ class _Run:
             return None
         return lambda token: tokenizer.decode([token])
 
-    def _new_state(self) -> Any:
+    def _new_state(self) -> Row[Any]:
         if self.is_text:
             return TextRow(self.model.tokenizer, self.opts.stops, self.eot)
         return IdRow(self.eot)
@@ -237,14 +237,15 @@ class _Run:
         for b, r in enumerate(self.rows):
             ids[b, T - len(r) :] = r
         cache = self.model.new_cache(len(self.rows), max(max_len, T), pad=T - lengths)
-        score = self.opts.echo and self.opts.logprobs is not None and not self.prompt_scores
-        logits = self.model.forward_cached(ids, cache, last_only=not score)  # [B, T or 1, V]
-        if score:
+        # the prompts' log-probs, k alternatives each, when echoed and not scored yet
+        k = self.opts.logprobs if self.opts.echo and not self.prompt_scores else None
+        logits = self.model.forward_cached(ids, cache, last_only=k is None)  # [B, T or 1, V]
+        if k is not None:
             for b, r in enumerate(self.rows):
-                self.prompt_scores.append(self._score_prompt(b, logits[b, T - len(r) :]))
+                self.prompt_scores.append(self._score_prompt(b, logits[b, T - len(r) :], k))
         return logits[:, -1], cache
 
-    def _score_prompt(self, b: int, logits: np.ndarray) -> tuple[list[Any], list[Any]]:
+    def _score_prompt(self, b: int, logits: np.ndarray, k: int) -> tuple[list[Any], list[Any]]:
         """The shown prompt's token log-probs (raw) and alternatives: None for the first token
         and for tokens cut off by context="slide".   logits [len(row), V] of row b's positions"""
         shown, row = self.shown[b], self.rows[b]
@@ -252,7 +253,7 @@ class _Run:
             return [], []
         lp = log_softmax(logits[:-1])  # [len - 1, V]: position t predicts token t + 1
         chosen = lp[np.arange(len(row) - 1), row[1:]].tolist()
-        tops = [self._top(lp_t) for lp_t in lp]
+        tops = [self._top(lp_t, k) for lp_t in lp]
         cut = len(shown) - len(row)  # tokens before the window, or 0
         return [None] * (cut + 1) + chosen, [[]] * (cut + 1) + tops
 
@@ -313,12 +314,12 @@ class _Run:
             else:
                 lp = log_probabilities(z, *sampling)
             for i, r in enumerate(live):
-                self.states[r].note(float(lp[i, new[i]]), self._top(lp[i]))
+                self.states[r].note(float(lp[i, new[i]]), self._top(lp[i], opts.logprobs))
         return new
 
-    def _top(self, lp: np.ndarray) -> list[tuple[int, float]]:
-        """The ``logprobs`` most likely (id, log p) of one step, best first; no −∞ entries."""
-        top = top_k_indices(lp, self.opts.logprobs)
+    def _top(self, lp: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The k most likely (id, log p) of one step, best first; no −∞ entries."""
+        top = top_k_indices(lp, k)
         return [(int(t), float(lp[t])) for t in top if lp[t] > -np.inf]
 
     # -- results ---------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any, Union
 import numpy as np
 
 from .completion import LOGPROBS_MODES
-from .logits_processors import Penalties, check_penalties
+from .logits_processors import Penalties, check_penalties, check_real
 from .sampling import check_sampling_args
 
 __all__ = ["CONTEXT_MODES", "EARLY_STOPPING", "Options", "check_args"]
@@ -185,10 +185,7 @@ def _check_n(n: Any, num_return_sequences: Any) -> int:
 
 
 def _check_beam_args(length_penalty: Any, early_stopping: Any) -> None:
-    if not isinstance(length_penalty, numbers.Real) or isinstance(length_penalty, bool):
-        raise TypeError(f"length_penalty must be a number, got {type(length_penalty).__name__}")
-    if not np.isfinite(length_penalty):
-        raise ValueError(f"length_penalty must be finite, got {length_penalty}")
+    check_real("length_penalty", length_penalty)
     if not (
         isinstance(early_stopping, bool)
         or (isinstance(early_stopping, str) and early_stopping == "never")

@@ -4,29 +4,58 @@ ended. :mod:`gpt2np.generation` keeps one per continuation."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Generic, Optional, TypeVar
 
-__all__ = ["IdRow", "TextRow"]
+__all__ = ["IdRow", "Row", "TextRow"]
+
+#: What a row hands out at each step: new ids (an id prompt's) or new text (a text prompt's).
+Piece = TypeVar("Piece", list[int], str)
 
 
-class IdRow:
-    """One continuation of an id prompt: collects the new ids until <|endoftext|>."""
+class Row(Generic[Piece]):
+    """What every continuation collects: its new ids until <|endoftext|>, their log-probs and
+    alternatives, and why it ended. Each step hands out a ``Piece``."""
 
     def __init__(self, eot: Optional[int]) -> None:
-        self.eot, self.ids, self.done = eot, [], False
+        self.eot, self.done = eot, False
+        self.ids: list[int] = []
         self.finish_reason = "length"
         self.logprobs: list[float] = []
         self.tops: list[list[tuple[int, float]]] = []
 
     @property
-    def empty(self) -> Any:
+    def empty(self) -> Piece:
         """A step's piece when the row produced nothing."""
-        return []
+        raise NotImplementedError
 
     def note(self, logprob: float, top: list[tuple[int, float]]) -> None:
         """Record the log-prob and alternatives of the token about to be pushed."""
         self.logprobs.append(logprob)
         self.tops.append(top)
+
+    def push(self, token: int) -> Piece:
+        """Take the next token; return what it adds to the output."""
+        raise NotImplementedError
+
+    def finish(self) -> Piece:
+        """End the row; return what it still held back."""
+        raise NotImplementedError
+
+    def result(self) -> Piece:
+        """The whole continuation."""
+        raise NotImplementedError
+
+    def _end(self, reason: str) -> None:
+        self.done, self.finish_reason = True, reason
+        del self.logprobs[len(self.ids) :], self.tops[len(self.ids) :]  # <|endoftext|>'s own
+
+
+class IdRow(Row[list[int]]):
+    """One continuation of an id prompt: collects the new ids until <|endoftext|>."""
+
+    @property
+    def empty(self) -> list[int]:
+        return []
 
     def push(self, token: int) -> list[int]:
         if token == self.eot:
@@ -34,10 +63,6 @@ class IdRow:
             return []
         self.ids.append(token)
         return [token]
-
-    def _end(self, reason: str) -> None:
-        self.done, self.finish_reason = True, reason
-        del self.logprobs[len(self.ids) :], self.tops[len(self.ids) :]  # <|endoftext|>'s own
 
     def finish(self) -> list[int]:
         self.done = True
@@ -47,7 +72,7 @@ class IdRow:
         return self.ids
 
 
-class TextRow(IdRow):
+class TextRow(Row[str]):
     """One continuation of a text prompt: decodes incrementally, finds stop strings, holds back
     text.
 
@@ -57,15 +82,17 @@ class TextRow(IdRow):
     computed from all ids with ``tokenizer.decode`` (see :meth:`result`), not from the stream.
     """
 
-    empty = ""  # type: ignore[assignment]
-
     def __init__(self, tokenizer: Any, stops: tuple[str, ...], eot: Optional[int]) -> None:
         super().__init__(eot)
         self.tokenizer, self.stops = tokenizer, stops
         self.decoder = tokenizer.stream_decoder()
         self.pending = ""
 
-    def push(self, token: int) -> str:  # type: ignore[override]
+    @property
+    def empty(self) -> str:
+        return ""
+
+    def push(self, token: int) -> str:
         if token == self.eot:
             self._end("eot")
             return self.finish()
@@ -73,7 +100,7 @@ class TextRow(IdRow):
         self.pending += self.decoder.feed(token)
         return self._advance(final=False)
 
-    def finish(self) -> str:  # type: ignore[override]
+    def finish(self) -> str:
         self.done = True
         self.pending += self.decoder.flush()
         return self._advance(final=True)
@@ -90,8 +117,8 @@ class TextRow(IdRow):
         piece, self.pending = self.pending[:end], self.pending[end:]
         return piece
 
-    def result(self) -> str:  # type: ignore[override]
-        text = self.tokenizer.decode(self.ids)
+    def result(self) -> str:
+        text: str = self.tokenizer.decode(self.ids)
         cut = _first_stop(text, self.stops)
         return text if cut is None else text[:cut]
 

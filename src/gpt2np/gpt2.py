@@ -8,7 +8,8 @@ their own modules that take a model; the methods here are shortcuts to them.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from collections.abc import Sequence
+from typing import Any, Optional, Union, overload
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from .hparams import HParams
 from .kvcache import KVCache, forward_cached, forward_via_cache
 from .model import forward
 from .params import Params, cast_params, check_params, flatten, map_params
-from .scoring import Score, score
+from .scoring import Scorable, Score, score
 from .tokenizer import Tokenizer
 from .trace import Names, Trace, trace
 
@@ -88,7 +89,8 @@ class GPT2:
     @property
     def dtype(self) -> np.dtype:
         """The floating dtype the weights and every computation use."""
-        return self.params["wte"].dtype
+        dtype: np.dtype = self.params["wte"].dtype
+        return dtype
 
     @property
     def tokenizer(self) -> Any:
@@ -249,8 +251,9 @@ class GPT2:
         or its max_length (which counts the prompt, as in HF) less the longest prompt's
         tokens, else 50."""
         config = self.generation_config
-        if "max_new_tokens" in config:
-            return config["max_new_tokens"]
+        if "max_new_tokens" in config:  # an int > 0 (hf.read_generation_config checks it)
+            n: int = config["max_new_tokens"]
+            return n
         if "max_length" not in config:
             return 50
         rows = [prompt]  # one prompt: None, text, or ids
@@ -260,7 +263,8 @@ class GPT2:
             if isinstance(prompt[0], (str, list, tuple, np.ndarray)):
                 rows = list(prompt)  # a batch
         lengths = [self._prompt_length(r) for r in rows]
-        return max(0, config["max_length"] - max(lengths, default=0))
+        max_length: int = config["max_length"]
+        return max(0, max_length - max(lengths, default=0))
 
     def _prompt_length(self, prompt: Any) -> int:
         """Tokens the model reads for one prompt; an empty one starts from <|endoftext|>."""
@@ -270,9 +274,39 @@ class GPT2:
             return max(1, len(self.tokenizer.encode(prompt, allowed_special="all")))
         return max(1, int(np.size(prompt)))
 
+    @overload
+    def score(  # type: ignore[overload-overlap]  # a str is a Sequence[str] too, but one text
+        self,
+        text_or_ids: Union[str, Sequence[int]],
+        stride: Optional[int] = None,
+        max_len: Optional[int] = None,
+        *,
+        progress: Optional[bool] = None,
+        batch_size: Optional[int] = None,
+    ) -> Score: ...
+    @overload
     def score(
         self,
-        text_or_ids: Any,
+        text_or_ids: Union[Sequence[str], Sequence[Sequence[int]]],
+        stride: Optional[int] = None,
+        max_len: Optional[int] = None,
+        *,
+        progress: Optional[bool] = None,
+        batch_size: Optional[int] = None,
+    ) -> list[Score]: ...
+    @overload
+    def score(
+        self,
+        text_or_ids: Scorable,  # a 2-D array is a batch, a 1-D one one row
+        stride: Optional[int] = None,
+        max_len: Optional[int] = None,
+        *,
+        progress: Optional[bool] = None,
+        batch_size: Optional[int] = None,
+    ) -> Union[Score, list[Score]]: ...
+    def score(
+        self,
+        text_or_ids: Scorable,
         stride: Optional[int] = None,
         max_len: Optional[int] = None,
         *,

@@ -148,10 +148,10 @@ class HParams:
 def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise TypeError(f"HParams.{name} must be an int, got {value!r}")
-    value = int(value)  # a NumPy integer (read from an array, say) becomes a plain int
-    if value <= 0:
-        raise ValueError(f"HParams.{name} must be positive, got {value}")
-    return value
+    n = int(value)  # a NumPy integer (read from an array, say) becomes a plain int
+    if n <= 0:
+        raise ValueError(f"HParams.{name} must be positive, got {n}")
+    return n
 
 
 #: The four sizes OpenAI released, keyed by the name of their download directory.

@@ -165,7 +165,7 @@ def snapshot(
     *,
     token: Optional[str] = None,
     progress: Optional[bool] = None,
-    cache_dir: Union[str, os.PathLike, None] = None,
+    cache_dir: Union[str, os.PathLike[str], None] = None,
 ) -> Snapshot:
     """The files of ``repo`` at ``revision`` (a branch, tag or commit; default "main"), from the
     caches or the hub. Raises :class:`RepoNotFound`, :class:`~gpt2np.DownloadError` (naming
@@ -185,7 +185,15 @@ def snapshot(
 
 
 class _Fetcher:
-    def __init__(self, repo, revision, ours, theirs, token, shown) -> None:
+    def __init__(
+        self,
+        repo: str,
+        revision: str,
+        ours: pathlib.Path,
+        theirs: pathlib.Path,
+        token: Optional[str],
+        shown: bool,
+    ) -> None:
         self.repo, self.revision, self.ours, self.theirs = repo, revision, ours, theirs
         self.endpoint, self.shown = endpoint(), shown
         self.auth = {"Authorization": f"Bearer {token}"} if token else {}
@@ -320,7 +328,9 @@ class _Fetcher:
             raise _Fallback(why)
         raise _fetch.Unreachable(f"could not fetch {name} of {self.repo}: {why}")
 
-    def _meta(self, resp, url, name, revision, fallback) -> Optional[_Meta]:
+    def _meta(
+        self, resp: requests.Response, url: str, name: str, revision: str, fallback: bool
+    ) -> Optional[_Meta]:
         code, status = resp.headers.get("X-Error-Code", ""), resp.status_code
         gated = status == 403 or (status == 401 and code != "RepoNotFound")
         if gated:
@@ -355,7 +365,9 @@ class _Fetcher:
         return _Meta(commit.lower() if commit else None, etag,
                      int(size) if size and size.isdigit() else None, location)  # fmt: skip
 
-    def get(self, name: str, meta: _Meta, commit: str, directory: pathlib.Path):
+    def get(
+        self, name: str, meta: _Meta, commit: str, directory: pathlib.Path
+    ) -> tuple[pathlib.Path, bool]:
         """(the verified local path of ``name``, whether it is huggingface_hub's)."""
         dest = directory / name
         if dest.is_file() and dest.stat().st_size == (meta.size or dest.stat().st_size):
@@ -364,9 +376,10 @@ class _Fetcher:
         if _verified_hf_file(theirs, meta.etag, self.ours):
             return theirs, True
         same = _origin(meta.location) == _origin(self.endpoint)
+        digests, verify = _check_for(meta.etag)
         remote = _fetch.RemoteFile(
-            meta.location, dest, size=meta.size, headers=self.auth if same else {},
-            label=f"{self.repo}/{name}", **_check_for(meta.etag),
+            meta.location, dest, size=meta.size, digests=digests, verify=verify,
+            headers=self.auth if same else {}, label=f"{self.repo}/{name}",
         )  # fmt: skip
         _fetch.fetch(remote, self.session, self.shown)
         return dest, False

@@ -8,7 +8,7 @@ import json
 import os
 import pathlib
 import re
-from typing import Optional
+from typing import Any, Optional
 
 from . import fetch as _fetch
 from .checkpoint.hf import shard_names
@@ -20,15 +20,21 @@ MANIFEST = ".gpt2np-snapshot.json"
 COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
+#: A snapshot's files (name -> local path) and the names of those in huggingface_hub's cache.
+Found = tuple[dict[str, pathlib.Path], tuple[str, ...]]
+
+
 class RepoNotFound(DownloadError):
     """The hub knows no such repository (or hides a private one), or, offline, nothing of it is
     cached."""
 
 
-def _check_for(etag: str) -> dict:
+def _check_for(etag: str) -> tuple[dict[str, str], Optional[_fetch.Check]]:
+    """(digests, verify) of a :class:`~gpt2np.fetch.RemoteFile` whose ``etag`` is a SHA-256
+    (an LFS file's) or a git blob id (a small file's)."""
     if len(etag) == 64:
-        return {"digests": {"sha256": etag}}
-    return {"verify": lambda path: _git_blob_mismatch(path, etag)}
+        return {"sha256": etag}, None
+    return {}, lambda path: _git_blob_mismatch(path, etag)
 
 
 def _git_blob_mismatch(path: pathlib.Path, etag: str) -> Optional[str]:
@@ -58,8 +64,8 @@ def _verified_hf_file(path: pathlib.Path, etag: Optional[str], ours: pathlib.Pat
     key, value = str(real), [stat.st_size, stat.st_mtime_ns, etag]
     if seen.get(key) == value:
         return True
-    check = _check_for(etag)
-    remote = _fetch.RemoteFile("", real, **check)
+    digests, verify = _check_for(etag)
+    remote = _fetch.RemoteFile("", real, digests=digests, verify=verify)
     if _fetch.check(remote, real) is not None:
         return False
     try:
@@ -70,7 +76,9 @@ def _verified_hf_file(path: pathlib.Path, etag: Optional[str], ours: pathlib.Pat
     return True
 
 
-def from_caches(repo, revision, ours, theirs, reason: str) -> tuple:
+def from_caches(
+    repo: str, revision: str, ours: pathlib.Path, theirs: pathlib.Path, reason: str
+) -> tuple[str, str, str, dict[str, pathlib.Path], tuple[str, ...], str]:
     """(repo, revision, commit, files, hf names, reason): the snapshot from gpt2np's cache and
     huggingface_hub's, without a network."""
     commit = revision if COMMIT.fullmatch(revision) else None
@@ -94,7 +102,8 @@ def from_caches(repo, revision, ours, theirs, reason: str) -> tuple:
             raise DownloadError(f"{reason}, and the cached snapshot {commit} of {repo} lacks "
                                 f"{', '.join(missing)} (looked in {where})")  # fmt: skip
         return repo, revision, commit, *found, reason
-    files, from_hf = {}, []
+    files: dict[str, pathlib.Path] = {}
+    from_hf: list[str] = []
     for name in _names_on_disk(directory, theirs / "snapshots" / commit):
         if (directory / name).is_file():
             files[name] = directory / name
@@ -113,7 +122,7 @@ def from_caches(repo, revision, ours, theirs, reason: str) -> tuple:
 
 
 def _names_on_disk(*directories: pathlib.Path) -> list[str]:
-    names = set()
+    names: set[str] = set()
     for d in directories:
         try:
             names.update(p.name for p in d.iterdir() if not p.name.startswith("."))
@@ -122,16 +131,19 @@ def _names_on_disk(*directories: pathlib.Path) -> list[str]:
     return sorted(names)
 
 
-def _present(name, directory, theirs, commit) -> bool:
+def _present(name: str, directory: pathlib.Path, theirs: pathlib.Path, commit: str) -> bool:
     return (directory / name).is_file() or (theirs / "snapshots" / commit / name).is_file()
 
 
-def _locate(manifest: dict, directory, theirs, commit):
+def _locate(
+    manifest: dict[str, Any], directory: pathlib.Path, theirs: pathlib.Path, commit: str
+) -> Optional[Found]:
     """(files, hf names) for every file of the manifest, or None if one cannot be found (or
     there is no manifest)."""
     if not manifest:
         return None
-    files, from_hf = {}, []
+    files: dict[str, pathlib.Path] = {}
+    from_hf: list[str] = []
     for name, meta in manifest.items():
         if (directory / name).is_file():
             files[name] = directory / name
@@ -143,7 +155,7 @@ def _locate(manifest: dict, directory, theirs, commit):
     return files, tuple(from_hf)
 
 
-def _read_manifest(directory: pathlib.Path) -> dict:
+def _read_manifest(directory: pathlib.Path) -> dict[str, Any]:
     manifest = _read_json(directory / MANIFEST)
     files = manifest.get("files") if manifest.get("version") == 1 else None
     return files if isinstance(files, dict) and CONFIG in files else {}
@@ -162,7 +174,7 @@ def _write_ref(ours: pathlib.Path, revision: str, commit: str) -> None:
         pass  # the snapshot is there; only the offline name -> commit lookup is lost
 
 
-def _read_json(path: pathlib.Path) -> dict:
+def _read_json(path: pathlib.Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError, UnicodeDecodeError, RecursionError):
@@ -170,7 +182,7 @@ def _read_json(path: pathlib.Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _write_json(path: pathlib.Path, value: dict) -> None:
+def _write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(value, indent=1), encoding="utf-8")
     os.replace(tmp, path)

@@ -57,11 +57,13 @@ class KVCache:
 
     @property
     def batch(self) -> int:
-        return self.kv.shape[1]
+        B: int = self.kv.shape[1]
+        return B
 
     @property
     def max_len(self) -> int:
-        return self.kv.shape[4]
+        max_len: int = self.kv.shape[4]
+        return max_len
 
     def positions(self, T: int) -> np.ndarray:
         """Positions of the next T tokens of each row: [B, T] (or [T] without padding)."""

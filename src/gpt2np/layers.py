@@ -36,7 +36,8 @@ def gelu(x: np.ndarray) -> np.ndarray:
     gelu(x) = 0.5 · x · (1 + tanh(√(2/π) · (x + 0.044715 · x³)))        [...] -> [...]
     """
     # x * x * x rather than x**3: NumPy's general power is ~10x slower than two multiplies
-    return 0.5 * x * (1 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
+    y: np.ndarray = 0.5 * x * (1 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * (x * x * x))))
+    return y
 
 
 def gelu_erf(x: np.ndarray) -> np.ndarray:
@@ -53,7 +54,8 @@ def gelu_erf(x: np.ndarray) -> np.ndarray:
 
 def relu(x: np.ndarray) -> np.ndarray:
     """relu(x) = max(x, 0).                                              [...] -> [...]"""
-    return np.maximum(x, 0)
+    y: np.ndarray = np.maximum(x, 0)
+    return y
 
 
 def silu(x: np.ndarray) -> np.ndarray:
@@ -65,7 +67,8 @@ def silu(x: np.ndarray) -> np.ndarray:
     e / (1 + e) for x < 0.
     """
     e = np.exp(-np.abs(x))
-    return x * np.where(x >= 0, 1, e) / (1 + e)
+    y: np.ndarray = x * np.where(x >= 0, 1, e) / (1 + e)
+    return y
 
 
 def activation(x: np.ndarray, name: str) -> np.ndarray:
@@ -90,7 +93,8 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     Subtracting the maximum changes nothing mathematically and keeps exp from overflowing.
     """
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / np.sum(e, axis=axis, keepdims=True)
+    p: np.ndarray = e / np.sum(e, axis=axis, keepdims=True)
+    return p
 
 
 def layernorm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> np.ndarray:
@@ -103,7 +107,8 @@ def layernorm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float = 1e-5) ->
     """
     mean = np.mean(x, axis=-1, keepdims=True)
     variance = np.mean(np.square(x - mean), axis=-1, keepdims=True)
-    return g * (x - mean) / np.sqrt(variance + eps) + b
+    y: np.ndarray = g * (x - mean) / np.sqrt(variance + eps) + b
+    return y
 
 
 def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -113,7 +118,7 @@ def linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     """
     # One [N, n_in] @ [n_in, n_out] product over all leading axes: on [B, T, n_in] NumPy's
     # matmul would run B separate products, reading w from memory B times.
-    y = x.reshape(-1, x.shape[-1]) @ w
+    y: np.ndarray = x.reshape(-1, x.shape[-1]) @ w
     y += b  # in place: no second [N, n_out] array
     return y.reshape(*x.shape[:-1], w.shape[-1])
 

@@ -30,6 +30,7 @@ return to the beam scores as it is (no renormalisation).
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ __all__ = [
     "Processor",
     "ban_sequences",
     "check_penalties",
+    "check_real",
     "min_new_tokens",
     "no_repeat_ngram",
     "presence_frequency_penalty",
@@ -169,12 +171,12 @@ def check_penalties(
     bad_words_ids: id sequences (``[[1, 2], [3]]``, HF's form), or plain ids (``[3, 4]``), each
     banned everywhere. logits_processors: a function or a list of functions.
     """
-    penalty = _real("repetition_penalty", repetition_penalty)
+    penalty = check_real("repetition_penalty", repetition_penalty)
     if not penalty > 0:
         raise ValueError(f"repetition_penalty must be > 0 (1.0 is off), got {penalty}")
     for name, value in (("presence_penalty", presence_penalty),
                         ("frequency_penalty", frequency_penalty)):  # fmt: skip
-        _real(name, value)
+        check_real(name, value)
     for name, value in (("no_repeat_ngram_size", no_repeat_ngram_size),
                         ("min_new_tokens", min_new_tokens)):  # fmt: skip
         if not isinstance(value, numbers.Integral) or isinstance(value, bool):
@@ -192,12 +194,19 @@ def check_penalties(
     )
 
 
-def _real(name: str, value: Any) -> float:
+def check_real(name: str, value: Any) -> float:
+    """``value`` as a float: TypeError unless it is a real number, ValueError unless finite.
+
+    Any ``numbers.Real`` (a Fraction too, which ``np.isfinite`` refuses) is converted first."""
     if not isinstance(value, numbers.Real) or isinstance(value, bool):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not np.isfinite(value):
+    try:
+        x = float(value)
+    except OverflowError:  # an int beyond float's range
+        x = math.inf
+    if not math.isfinite(x):
         raise ValueError(f"{name} must be finite, got {value}")
-    return float(value)
+    return x
 
 
 def _bad_words(value: Any) -> tuple[tuple[int, ...], ...]:

@@ -78,7 +78,8 @@ def attention_scale(hparams: HParams, layer: int) -> float:
 
 def head_weight(params: dict[str, Any], hparams: HParams) -> np.ndarray:
     """The output head's matrix [V, D]: wte itself when tied (GPT-2), else ``lm_head``."""
-    return params["wte"] if hparams.tie_word_embeddings else params["lm_head"]
+    w: np.ndarray = params["wte"] if hparams.tie_word_embeddings else params["lm_head"]
+    return w
 
 
 def head(h: np.ndarray, wte: np.ndarray) -> np.ndarray:
@@ -88,7 +89,7 @@ def head(h: np.ndarray, wte: np.ndarray) -> np.ndarray:
     ``wte.T`` is a view, so no transposed copy of the embedding matrix is made; the leading axes
     are flattened so that wte is read once, not once per batch row.
     """
-    logits = h.reshape(-1, h.shape[-1]) @ wte.T  # [B*T, D] @ [D, V] -> [B*T, V]
+    logits: np.ndarray = h.reshape(-1, h.shape[-1]) @ wte.T  # [B*T, D] @ [D, V] -> [B*T, V]
     return logits.reshape(*h.shape[:-1], wte.shape[0])
 
 

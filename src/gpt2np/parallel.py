@@ -19,7 +19,7 @@ import os
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 __all__ = ["default_threads", "run", "set_threads", "threads"]
 
@@ -100,7 +100,7 @@ def run(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     n = min(threads(), len(items))
     if n <= 1:
         return [fn(item) for item in items]
-    results: list = [None] * len(items)
+    results: list[Any] = [None] * len(items)  # each None becomes fn's R before it is returned
     errors: list[BaseException] = []
     taken = itertools.count()  # next() on it is atomic under the GIL
     finished = threading.Semaphore(0)

@@ -118,11 +118,17 @@ def check_params(params: Params, hparams: HParams) -> None:
 
 def map_params(fn: Callable[[np.ndarray], np.ndarray], params: Params) -> Params:
     """Apply ``fn`` to every tensor, keeping the nesting."""
-    if isinstance(params, dict):
-        return {k: map_params(fn, v) for k, v in params.items()}
-    if isinstance(params, (list, tuple)):
-        return [map_params(fn, v) for v in params]
-    return fn(params)
+    mapped: Params = _map_tree(fn, params)
+    return mapped
+
+
+def _map_tree(fn: Callable[[np.ndarray], np.ndarray], node: Any) -> Any:
+    """A dict, a list (the blocks) or a tensor, with ``fn`` applied to every tensor in it."""
+    if isinstance(node, dict):
+        return {k: _map_tree(fn, v) for k, v in node.items()}
+    if isinstance(node, (list, tuple)):
+        return [_map_tree(fn, v) for v in node]
+    return fn(node)
 
 
 def cast_params(params: Params, dtype: np.dtype | type) -> Params:

@@ -104,6 +104,8 @@ def check_data(path: pathlib.Path, index: pathlib.Path) -> Optional[str]:
     _, entries = read_tf_index(index)
     with open(path, "rb") as f:
         for tensor, entry in sorted(entries.items(), key=lambda item: item[1].offset):
+            if entry.crc32c is None:  # check_index refused this already
+                return f"tensor {tensor} has no CRC-32C"
             f.seek(entry.offset)
             crc, remaining = 0, entry.size
             while remaining:
@@ -112,7 +114,7 @@ def check_data(path: pathlib.Path, index: pathlib.Path) -> Optional[str]:
                     return f"it ends inside tensor {tensor}"
                 crc = crc32c(block, crc)
                 remaining -= len(block)
-            stored = unmask(entry.crc32c)  # type: ignore[arg-type]  # check_index: not None
+            stored = unmask(entry.crc32c)
             if crc != stored:
                 return (
                     f"tensor {tensor} has CRC-32C {crc:#010x}, the index says {stored:#010x} "

@@ -31,6 +31,7 @@ import numbers
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from .layers import softmax
 
@@ -105,7 +106,7 @@ def filter_logits(
 
 def probabilities(
     logits: np.ndarray, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
-) -> np.ndarray:
+) -> npt.NDArray[np.float64]:
     """The distribution the next token is drawn from.   [..., V] -> float64 [..., V], rows sum to 1
 
     temperature = 0 puts all the mass on the first argmax.
@@ -114,7 +115,9 @@ def probabilities(
     return _probabilities(_check_logits(logits), temperature, top_k, top_p)
 
 
-def _probabilities(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+def _probabilities(
+    logits: np.ndarray, temperature: float, top_k: int, top_p: float
+) -> npt.NDArray[np.float64]:
     """:func:`probabilities` of logits and arguments already checked."""
     if temperature == 0:
         one_hot = np.zeros(logits.shape, dtype=np.float64)
@@ -125,7 +128,7 @@ def _probabilities(logits: np.ndarray, temperature: float, top_k: int, top_p: fl
 
 def log_probabilities(
     logits: np.ndarray, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
-) -> np.ndarray:
+) -> npt.NDArray[np.float64]:
     """log of the distribution the next token is drawn from.   [..., V] -> float64 [..., V]
 
     log_softmax(filter_logits(logits)) when sampling, −∞ for the ids the filters removed; for
@@ -138,12 +141,13 @@ def log_probabilities(
     return log_softmax(filter_logits(logits, temperature, top_k, top_p))
 
 
-def log_softmax(logits: np.ndarray) -> np.ndarray:
+def log_softmax(logits: np.ndarray) -> npt.NDArray[np.float64]:
     """log softmax along the last axis in float64: z - max z - log Σ exp(z - max z); −∞ stays
     −∞.   [..., V] -> float64 [..., V]"""
     x = np.asarray(logits, dtype=np.float64)
     shifted = x - x.max(axis=-1, keepdims=True)
-    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    lp: npt.NDArray[np.float64] = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    return lp
 
 
 def sample(
@@ -152,7 +156,7 @@ def sample(
     temperature: float = 1.0,
     top_k: int = 0,
     top_p: float = 1.0,
-) -> np.ndarray:
+) -> npt.NDArray[np.int64]:
     """Draw one id per row.   logits [B, V], rngs: one Generator per row  ->  int64 [B]
 
     Greedy (temperature 0) is the argmax and draws nothing from the generators.
@@ -162,7 +166,8 @@ def sample(
     if logits.ndim != 2:  # 1-D [V] used to fail with an IndexError on cdf[b, -1]
         raise ValueError(f"logits must be [B, V], got shape {logits.shape}")
     if temperature == 0:
-        return np.argmax(logits, axis=-1).astype(np.int64)
+        greedy: npt.NDArray[np.int64] = np.argmax(logits, axis=-1).astype(np.int64)
+        return greedy
     if len(rngs) != len(logits):  # else rows without a generator kept np.empty's garbage
         raise ValueError(f"need one Generator per row: {len(logits)} rows, {len(rngs)} rngs")
     probs = _probabilities(logits, temperature, top_k, top_p)  # [B, V]
@@ -179,7 +184,7 @@ def sample(
     return out
 
 
-def top_k_indices(x: np.ndarray, k: int) -> np.ndarray:
+def top_k_indices(x: np.ndarray, k: int) -> npt.NDArray[np.int64]:
     """Indices of the k largest entries of a 1-D array, largest first; equal entries in the
     order of their indices (what a stable sort gives).   [N] -> int64 [min(k, N)]"""
     k = min(k, len(x))
@@ -200,6 +205,6 @@ def _check_logits(logits: np.ndarray) -> np.ndarray:
     return logits
 
 
-def _softmax64(x: np.ndarray) -> np.ndarray:
+def _softmax64(x: np.ndarray) -> npt.NDArray[np.float64]:
     """softmax along the last axis in float64; -inf entries get probability 0."""
     return softmax(np.asarray(x, dtype=np.float64))

@@ -28,9 +28,10 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union, overload
 
 import numpy as np
+import numpy.typing as npt
 
 from .fast_rows import share_rows
 from .kvcache import KVCache, forward_cached
@@ -48,7 +49,8 @@ BATCH_TOKENS = 4096
 #: Rows whose logits exist at once: [256, 50257] float32 is 51 MB (and a float64 copy of it).
 HEAD_ROWS = 256
 
-#: One text or ids, or a list of them.
+#: One text or ids (one :class:`Score`), or a list of them (a list of Scores); a 2-D array is
+#: a batch, a 1-D one a single row.
 Scorable = Union[str, Sequence[int], np.ndarray, Sequence[str], Sequence[Sequence[int]]]
 
 
@@ -64,9 +66,9 @@ class Score:
     n_tokens       int            N, the number of input tokens (N - 1 of them are scored)
     """
 
-    ids: np.ndarray
-    token_logprobs: np.ndarray
-    context_len: np.ndarray
+    ids: npt.NDArray[np.int64]
+    token_logprobs: npt.NDArray[np.float64]
+    context_len: npt.NDArray[np.int64]
     nll: float
     perplexity: float
     n_tokens: int
@@ -82,6 +84,33 @@ class Score:
         return self.nll / self.n_scored
 
 
+@overload
+def score(  # type: ignore[overload-overlap]  # a str is a Sequence[str] too, but one text
+    model: GPT2,
+    text_or_ids: Union[str, Sequence[int]],
+    stride: Optional[int] = None,
+    max_len: Optional[int] = None,
+    progress: Optional[bool] = None,
+    batch_size: Optional[int] = None,
+) -> Score: ...
+@overload
+def score(
+    model: GPT2,
+    text_or_ids: Union[Sequence[str], Sequence[Sequence[int]]],
+    stride: Optional[int] = None,
+    max_len: Optional[int] = None,
+    progress: Optional[bool] = None,
+    batch_size: Optional[int] = None,
+) -> list[Score]: ...
+@overload
+def score(
+    model: GPT2,
+    text_or_ids: Scorable,  # a 2-D array is a batch, a 1-D one one row
+    stride: Optional[int] = None,
+    max_len: Optional[int] = None,
+    progress: Optional[bool] = None,
+    batch_size: Optional[int] = None,
+) -> Union[Score, list[Score]]: ...
 def score(
     model: GPT2,
     text_or_ids: Scorable,
@@ -238,7 +267,7 @@ def _ids(model: GPT2, text_or_ids: object, where: str) -> np.ndarray:
             except (TypeError, ValueError) as e:
                 raise type(e)(f"{where}{e}") from None
             if checked.shape[0] != 1:
-                raise ValueError(f"{where}ids must be 1-D [N], got shape {np.shape(text_or_ids)}")
+                raise ValueError(f"{where}ids must be 1-D [N], got shape {checked.shape}")
             ids = checked[0].copy()
     if len(ids) < 2:
         raise ValueError(
@@ -317,7 +346,7 @@ def _log_softmax_at(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
 def _check_int(name: str, value: object, lo: int, hi: int) -> None:
     if not isinstance(value, numbers.Integral) or isinstance(value, bool):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if not lo <= value <= hi:
+    if not lo <= int(value) <= hi:
         raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
 
 
@@ -326,4 +355,5 @@ def _logsumexp(x: np.ndarray) -> np.ndarray:
     m = x.max(axis=-1)
     x -= m[..., None]
     np.exp(x, out=x)
-    return m + np.log(x.sum(axis=-1))
+    lse: np.ndarray = m + np.log(x.sum(axis=-1))
+    return lse

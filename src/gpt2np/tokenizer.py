@@ -31,7 +31,7 @@ import itertools
 import os
 import pathlib
 from collections.abc import Collection, Iterable, Iterator, Sequence, Set
-from typing import Callable, Literal, Union
+from typing import Any, Callable, Literal, Union
 
 import numpy as np
 import regex
@@ -78,11 +78,13 @@ class InvalidTokenError(ValueError, KeyError):
     __str__ = ValueError.__str__  # KeyError's would quote the message
 
 
-class _PieceCache(dict):
+class _PieceCache(dict[str, tuple[int, ...]]):
     """piece -> its ids (a tuple); a missing piece is taken from the older generation or
     encoded, and remembered. It starts from ``whole``, the pieces that are one token."""
 
-    def __init__(self, whole: dict[str, tuple[int, ...]], encode: Callable) -> None:
+    def __init__(
+        self, whole: dict[str, tuple[int, ...]], encode: Callable[[str], tuple[int, ...]]
+    ) -> None:
         super().__init__(whole)
         self._whole, self._encode = whole, encode
         self._older: dict[str, tuple[int, ...]] = {}
@@ -296,7 +298,7 @@ class Tokenizer:
                 " (use encode() for one str)"
             )
         if hasattr(chunks, "read"):
-            chunks = iter(functools.partial(chunks.read, READ_CHARS), "")  # type: ignore[union-attr]
+            chunks = iter(functools.partial(chunks.read, READ_CHARS), "")
         allowed, disallowed = self._specials(allowed_special, disallowed_special)
         return self._stream(chunks, allowed, disallowed)
 
@@ -457,7 +459,8 @@ class Tokenizer:
             bad = ids[(ids < 0) | (ids >= n)]
             if bad.size:
                 raise InvalidTokenError(f"token id {int(bad[0])} is out of range [0, {n})")
-            return ids.tolist()
+            as_ints: list[int] = ids.tolist()
+            return as_ints
         if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
             raise TypeError(f"ids must be a sequence of ints, not {type(ids).__name__}")
         checked = []
@@ -501,7 +504,7 @@ def _check_text(text: object, what: str = "text") -> None:
         raise TypeError(f"{what} must be a str, not {type(text).__name__}")
 
 
-def _check_batch(batch: object, what: str, num_threads: object) -> list:
+def _check_batch(batch: object, what: str, num_threads: object) -> list[Any]:
     """``batch`` as a list (it may be an iterator), after checking it and ``num_threads``."""
     if isinstance(batch, (str, bytes)) or not isinstance(batch, Iterable):
         raise TypeError(f"{what} must be a list, not {type(batch).__name__}")
@@ -513,12 +516,15 @@ def _check_batch(batch: object, what: str, num_threads: object) -> list:
 
 
 def _check_errors(errors: object) -> None:
-    try:
-        codecs.lookup_error(errors)  # type: ignore[arg-type]
-    except (LookupError, TypeError):
-        raise ValueError(
-            f"errors={errors!r} is not a codec error handler ('replace', 'strict', 'ignore', …)"
-        ) from None
+    if isinstance(errors, str):
+        try:
+            codecs.lookup_error(errors)
+            return
+        except LookupError:
+            pass
+    raise ValueError(
+        f"errors={errors!r} is not a codec error handler ('replace', 'strict', 'ignore', …)"
+    )
 
 
 def _str_set(value: object, name: str) -> Set[str]:

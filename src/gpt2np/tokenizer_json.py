@@ -82,7 +82,7 @@ def _not_gpt2(spec: dict[str, Any]) -> str:
     """What in the pipeline differs from GPT-2's, or "" if nothing does."""
     if spec.get("normalizer") is not None:
         return f"it has a normalizer, {_kind(spec['normalizer'])}"
-    pre = spec.get("pre_tokenizer")
+    pre: Any = spec.get("pre_tokenizer")  # JSON: checked by _is_byte_level
     if not _is_byte_level(pre):
         return f"its pre-tokenizer is {_kind(pre)}, not ByteLevel"
     if pre.get("add_prefix_space", False) or not pre.get("use_regex", True):

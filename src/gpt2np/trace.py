@@ -124,7 +124,7 @@ def tensor_shapes(
     }
 
 
-class Trace(Mapping):
+class Trace(Mapping[str, np.ndarray]):
     """The traced intermediates: an ordered, read-only mapping name -> ndarray in forward order.
 
     ``.logits`` [B, T, V] and ``.present`` [B, L, 2, H, T, Dh] are always there (equal to what

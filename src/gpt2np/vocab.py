@@ -109,12 +109,12 @@ def parse_merges(data: bytes, name: str, encoder: dict[str, int]) -> list[Pair]:
     start = 1 if lines[0].startswith("#") else 0
     while lines and lines[-1].strip("\r") == "":
         lines.pop()
-    merges = [tuple(line.rstrip("\r").split(" ")) for line in lines[start:]]
-    for lineno, pair in enumerate(merges, start=start + 1):
-        if len(pair) != 2 or not all(pair):
-            raise CheckpointError(
-                f"{name}, line {lineno}: expected two symbols, got {lines[lineno - 1]!r}"
-            )
+    merges: list[Pair] = []
+    for lineno, line in enumerate(lines[start:], start=start + 1):
+        fields = line.rstrip("\r").split(" ")
+        if len(fields) != 2 or not all(fields):
+            raise CheckpointError(f"{name}, line {lineno}: expected two symbols, got {line!r}")
+        merges.append((fields[0], fields[1]))
     merged = [left + right for left, right in merges]
     symbols = {s for pair in merges for s in pair}.union(merged)
     if not symbols <= encoder.keys():
@@ -132,7 +132,7 @@ def parse_merges(data: bytes, name: str, encoder: dict[str, int]) -> list[Pair]:
                     f"{name}, line {lineno}: pair {' '.join(pair)!r} is listed twice"
                 )
             seen.add(pair)
-    return merges  # type: ignore[return-value]
+    return merges
 
 
 def check_pair(
@@ -180,7 +180,7 @@ def read_vocabulary(
             f"{encoder_path} and {merges_path} are missing: a vocabulary needs both"
         )
     datas = read_file(encoder_path), read_file(merges_path)
-    digests = tuple(hashlib.sha256(data).hexdigest() for data in datas)
+    digests = hashlib.sha256(datas[0]).hexdigest(), hashlib.sha256(datas[1]).hexdigest()
     for path, digest, pin in zip((encoder_path, merges_path), digests, pins or ()):
         if digest != pin:
             raise CheckpointError(
@@ -188,7 +188,7 @@ def read_vocabulary(
                 "damaged (reinstall gpt2np)"
             )
     encoder, merges = parse_vocabulary(datas[0], datas[1], str(encoder_path), str(merges_path))
-    return encoder, merges, digests  # type: ignore[return-value]
+    return encoder, merges, digests
 
 
 def parse_vocabulary(

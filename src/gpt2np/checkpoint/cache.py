@@ -48,7 +48,7 @@ from .convert import flat_from_openai, hf_name
 from .crc32c import crc32c
 from .safetensors import DTYPES, read_safetensors_header, write_safetensors
 from .tf_bundle import data_path, parse_tf_index, read_index_bytes, read_tf_checkpoint
-from .verify import file_crcs, in_place_layout, map_file, stamp, verify_in_place
+from .verify import Span, file_crcs, in_place_layout, map_file, stamp, verify_in_place
 
 __all__ = ["default_cache_dir", "entry_path", "load_cached"]
 
@@ -104,18 +104,16 @@ def load_cached(
     body: dict[str, Any] = {"format": FORMAT, "index_sha256": index_sha,
                             "hparams": hparams.to_dict()}  # fmt: skip
     layout = in_place_layout(header, entries, shards, hparams)
-    mapped = None
     if layout is not None:
         with _bar(sum(e.size for _, _, e in layout), progress) as bar:
-            mapped = verify_in_place(shards[0], layout, bar.update)
-    if layout is not None and mapped[0] is not None:  # OpenAI's layout, checked, mapped in place
-        flat, data_stamp, crcs = mapped
-        data = [os.path.abspath(shards[0]), data_stamp]
-        tensors = {f: [e.offset, "<f4", list(flat[f].shape), crc]
-                   for (_, f, e), crc in zip(layout, crcs)}  # fmt: skip
-        body.update(kind="in-place", shards=[data], data=data, tensors=tensors)
-        _write(path, body, None)
-        return flat
+            in_place, data_stamp, crcs = verify_in_place(shards[0], layout, bar.update)
+        if in_place is not None:  # OpenAI's layout, checked, mapped in place
+            data = [os.path.abspath(shards[0]), data_stamp]
+            placed = {f: [e.offset, "<f4", list(in_place[f].shape), crc]
+                      for (_, f, e), crc in zip(layout, crcs)}  # fmt: skip
+            body.update(kind="in-place", shards=[data], data=data, tensors=placed)
+            _write(path, body, None)
+            return in_place
     before = [stamp(os.stat(s)) for s in shards]
     tensors = read_tf_checkpoint(prefix, index=(header, entries), progress=progress)  # CRCs too
     flat = flat_from_openai(tensors, hparams, f"checkpoint {prefix}")
@@ -205,7 +203,7 @@ def _names_its_files(body: dict[str, Any], path: str, prefix: str) -> None:
         raise _Damaged(f"{path} names files that are not its checkpoint's")
 
 
-def _spans(body: dict[str, Any], hparams: HParams, path: str) -> dict[str, tuple]:
+def _spans(body: dict[str, Any], hparams: HParams, path: str) -> dict[str, Span]:
     """{flat name: (offset, dtype, shape)} once every tensor of the model is there exactly once,
     with its shape, inside the data file and overlapping none of the others."""
     tensors, shapes = body["tensors"], None
@@ -230,7 +228,7 @@ def _spans(body: dict[str, Any], hparams: HParams, path: str) -> dict[str, tuple
     return spans
 
 
-def _map(body: dict[str, Any], spans: dict[str, tuple]) -> dict[str, np.ndarray]:
+def _map(body: dict[str, Any], spans: dict[str, Span]) -> dict[str, np.ndarray]:
     """The entry's data file mapped, once it is the file that was checked."""
     data, data_stamp = body["data"]
     try:
@@ -252,7 +250,7 @@ def _map(body: dict[str, Any], spans: dict[str, tuple]) -> dict[str, np.ndarray]
         os.close(fd)
 
 
-def _check_crcs(body: dict[str, Any], spans: dict[str, tuple], progress: bool) -> None:
+def _check_crcs(body: dict[str, Any], spans: dict[str, Span], progress: bool) -> None:
     data, data_stamp = body["data"]
     sizes = [(o, np.dtype(d).itemsize * int(np.prod(s))) for o, d, s in spans.values()]
     try:

@@ -233,8 +233,10 @@ def hparams_from_hf_config(config: Any, source: str) -> HParams:
     if config.get("model_type", "gpt2") != "gpt2":
         raise CheckpointError(f"{source} is for model_type {config['model_type']!r}, not gpt2")
     n_ctx = config.get("n_positions", config.get("n_ctx"))
-    values = {"n_vocab": config.get("vocab_size"), "n_ctx": n_ctx, "n_embd": config.get("n_embd"),
-              "n_head": config.get("n_head"), "n_layer": config.get("n_layer")}  # fmt: skip
+    values: dict[str, Any] = {  # JSON values, which HParams checks
+        "n_vocab": config.get("vocab_size"), "n_ctx": n_ctx, "n_embd": config.get("n_embd"),
+        "n_head": config.get("n_head"), "n_layer": config.get("n_layer"),
+    }  # fmt: skip
     missing = [k for k, v in values.items() if v is None]
     if missing:
         raise CheckpointError(f"{source} lacks {', '.join(missing)}")

@@ -107,7 +107,9 @@ def read_generation_config(path: str) -> dict[str, Any]:
     return found
 
 
-def read_files(files: Mapping[str, str]) -> tuple[HParams, dict[str, np.ndarray], dict]:
+def read_files(
+    files: Mapping[str, str],
+) -> tuple[HParams, dict[str, np.ndarray], dict[str, Any]]:
     """(hparams, flat params, generation defaults) of an HF checkpoint given as name -> path."""
     if "config.json" not in files:
         raise CheckpointError("missing config.json")

@@ -56,6 +56,7 @@ def fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
         number, wire = key >> 3, key & 7
         if number == 0:
             raise ProtobufError("field number 0")
+        value: int | bytes
         if wire == 0:
             value, pos = read_varint(buf, pos)
         elif wire == 1 or wire == 5:
@@ -75,15 +76,23 @@ def fields(buf: bytes) -> Iterator[tuple[int, int, int | bytes]]:
         yield number, wire, value
 
 
-def _expect(wire: int, want: int, what: str) -> None:
-    if wire != want:
+def _uint(wire: int, want: int, value: int | bytes, what: str) -> int:
+    """A field of wire type ``want`` (0: varint, 1 or 5: fixed width): its value, unsigned."""
+    if wire != want or not isinstance(value, int):  # fields() yields ints for 0, 1 and 5
         raise ProtobufError(f"{what} has wire type {wire}, expected {want}")
+    return value
+
+
+def _bytes(wire: int, value: int | bytes, what: str) -> bytes:
+    """A length-delimited field (wire type 2, a string or a sub-message): its bytes."""
+    if wire != 2 or not isinstance(value, bytes):
+        raise ProtobufError(f"{what} has wire type {wire}, expected 2")
+    return value
 
 
 def _int64(wire: int, value: int | bytes, what: str) -> int:
     """An int32/int64 field's value: a varint, two's complement in 64 bits."""
-    _expect(wire, 0, what)
-    return _signed64(value)  # type: ignore[arg-type]  # wire type 0: fields() yields an int
+    return _signed64(_uint(wire, 0, value, what))
 
 
 @dataclasses.dataclass
@@ -112,13 +121,11 @@ def parse_header(buf: bytes) -> BundleHeader:
         if number == 1:
             header.num_shards = _int64(wire, value, "num_shards")
         elif number == 2:
-            _expect(wire, 0, "endianness")
-            header.endianness = value
+            header.endianness = _uint(wire, 0, value, "endianness")
         elif number == 3:
-            _expect(wire, 2, "version")
-            for n, w, v in fields(value):
+            for n, w, v in fields(_bytes(wire, value, "version")):
                 if n == 1 and w == 0:
-                    header.producer = _signed64(v)
+                    header.producer = _int64(w, v, "version.producer")
     return header
 
 
@@ -127,9 +134,8 @@ def _parse_shape(buf: bytes) -> tuple[tuple[int, ...], bool]:
     unknown_rank = False
     for number, wire, value in fields(buf):
         if number == 2:
-            _expect(wire, 2, "shape.dim")
             size = 0
-            for n, w, v in fields(value):
+            for n, w, v in fields(_bytes(wire, value, "shape.dim")):
                 if n == 1:
                     size = _int64(w, v, "dim.size")
             dims.append(size)
@@ -143,11 +149,9 @@ def parse_entry(buf: bytes) -> BundleEntry:
     entry = BundleEntry()
     for number, wire, value in fields(buf):
         if number == 1:
-            _expect(wire, 0, "dtype")
-            entry.dtype = value
+            entry.dtype = _uint(wire, 0, value, "dtype")
         elif number == 2:
-            _expect(wire, 2, "shape")
-            entry.shape, entry.unknown_rank = _parse_shape(value)
+            entry.shape, entry.unknown_rank = _parse_shape(_bytes(wire, value, "shape"))
         elif number == 3:
             entry.shard_id = _int64(wire, value, "shard_id")
         elif number == 4:
@@ -155,8 +159,7 @@ def parse_entry(buf: bytes) -> BundleEntry:
         elif number == 5:
             entry.size = _int64(wire, value, "size")
         elif number == 6:
-            _expect(wire, 5, "crc32c")
-            entry.crc32c = value
+            entry.crc32c = _uint(wire, 5, value, "crc32c")
         elif number == 7:
             entry.has_slices = True
     return entry

@@ -156,17 +156,17 @@ def read_safetensors(path: str | os.PathLike[str], mmap: bool = True) -> dict[st
         else None
     )
     tensors = {}
-    with open(path, "rb") if data is None else contextlib.nullcontext() as f:
+    with open(path, "rb") if data is None else contextlib.nullcontext(data) as source:
         for name, info in header.items():
             if name == "__metadata__":
                 continue
             dtype = np.dtype(DTYPES[info["dtype"]])
             begin, end = info["data_offsets"]
-            if data is not None:
-                flat = data[begin:end].view(np.ndarray).view(dtype)  # a plain array over the map
+            if isinstance(source, np.memmap):
+                flat = source[begin:end].view(np.ndarray).view(dtype)  # a plain array over it
             else:
-                f.seek(start + begin)  # (fromfile's offset= counts from the current position)
-                flat = np.fromfile(f, dtype=dtype, count=(end - begin) // dtype.itemsize)
+                source.seek(start + begin)  # (fromfile's offset= counts from the position)
+                flat = np.fromfile(source, dtype=dtype, count=(end - begin) // dtype.itemsize)
             if info["dtype"] == "BF16":
                 flat = (flat.astype(np.uint32) << 16).view(np.float32)
             tensors[name] = flat.reshape(info["shape"])
@@ -226,7 +226,7 @@ def write_safetensors(
             for name in order:
                 a = arrays[name]
                 a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
-                f.write(memoryview(a.reshape(-1)).cast("B"))
+                f.write(a.reshape(-1).data.cast("B"))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -143,6 +143,8 @@ def _check_entry(index: str, name: str, entry: BundleEntry, header: BundleHeader
 def check_crc(entry: BundleEntry, actual: int, name: str, path: str) -> None:
     """CheckpointError unless ``actual`` is the CRC-32C the index stores (masked) for tensor
     ``name``, whose bytes were read from ``path``."""
+    if entry.crc32c is None:  # _check_entry refuses such an entry before it is read
+        raise CheckpointError(f"tensor {name} in {path} has no checksum")
     stored = unmask(entry.crc32c)
     if actual != stored:
         raise CheckpointError(

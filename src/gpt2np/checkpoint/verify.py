@@ -25,9 +25,18 @@ from .crc32c import crc32c, crc32c_combine
 from .protobuf import BundleEntry, BundleHeader
 from .tf_bundle import DT_FLOAT, check_crc
 
-__all__ = ["Layout", "file_crcs", "in_place_layout", "map_file", "stamp", "verify_in_place"]
+__all__ = [
+    "Layout",
+    "Span",
+    "file_crcs",
+    "in_place_layout",
+    "map_file",
+    "stamp",
+    "verify_in_place",
+]
 
 Layout = list[tuple[str, str, BundleEntry]]  # (OpenAI name, flat name, entry) in file order
+Span = tuple[int, str, tuple[int, ...]]  # a tensor's (offset, dtype, shape) in a data file
 
 
 def stamp(st: os.stat_result) -> list[int]:
@@ -107,7 +116,7 @@ def _shape(flat: str, entry: BundleEntry) -> tuple[int, ...]:
     return tuple(entry.shape[1:]) if flat.endswith(".w") else tuple(entry.shape)
 
 
-def map_file(fd: int, spans: dict[str, tuple[int, str, tuple[int, ...]]]) -> dict[str, np.ndarray]:
+def map_file(fd: int, spans: dict[str, Span]) -> dict[str, np.ndarray]:
     """{name: read-only array} viewing the open file ``fd`` through one memory map, each tensor
     at its (offset, dtype, shape). The caller has checked that every span lies in the file."""
     data = np.frombuffer(mmap.mmap(fd, 0, access=mmap.ACCESS_READ), dtype=np.uint8)

@@ -7,6 +7,7 @@ import json
 import math
 import re
 import textwrap
+from collections.abc import Sequence
 from typing import Any, Optional
 
 __all__ = ["CompareReport", "TensorDiff"]
@@ -140,7 +141,8 @@ class CompareReport:
             "summary": _summary(self),
             "rows": [dataclasses.asdict(r) for r in self.rows],
         }
-        return _jsonable(d)
+        jsonable: dict[str, Any] = _jsonable(d)
+        return jsonable
 
     def to_json(self, indent: Optional[int] = 1) -> str:
         return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
@@ -184,7 +186,7 @@ def _format(report: CompareReport, which: str) -> str:
     return "\n".join(lines)
 
 
-def _rows_to_show(report: CompareReport, which: str) -> list[Optional[TensorDiff]]:
+def _rows_to_show(report: CompareReport, which: str) -> Sequence[Optional[TensorDiff]]:
     if which == "all":
         return [r for r in report.rows if r.status != "missing"]
     failing = [r for r in report.rows if r.diverged]

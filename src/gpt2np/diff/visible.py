@@ -92,6 +92,6 @@ def visible(
         mask &= T_past + t >= first
     if p is not None:
         mask &= p >= first
-    if scores:
+    if scores and s is not None and t is not None:  # (scores has both axes)
         mask &= (s >= first) & (s <= T_past + t)
     return mask.reshape(-1)[start - rows[0] * last : stop - rows[0] * last]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
@@ -32,7 +32,7 @@ class Batch:
     targets: Optional[np.ndarray]
     targets_kind: Optional[str]
     texts: Any = None
-    prefix_text: Optional[str] = None
+    prefix_text: Union[str, list[str], None] = None  # one prefix's text, or each row's
 
     @property
     def B(self) -> int:

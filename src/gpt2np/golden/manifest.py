@@ -46,7 +46,7 @@ def weights_sha256(params: Params, hparams: HParams) -> str:
             raise ValueError(f"tensor {name} has shape {list(a.shape)}, expected {list(shape)}")
         a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
         sha.update(f"{name}:{a.dtype.name}:{'x'.join(map(str, shape))}\n".encode("ascii"))
-        sha.update(memoryview(a).cast("B"))
+        sha.update(a.data.cast("B"))  # its bytes (C order, as ascontiguousarray made it)
     return sha.hexdigest()
 
 

@@ -14,9 +14,12 @@ from __future__ import annotations
 import ast
 import dataclasses
 import math
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 __all__ = ["ALIGN", "MAGIC", "NpyHeader", "header_bytes", "read_header"]
 
@@ -99,11 +102,13 @@ def _dtype(descr: object) -> np.dtype:
 
 
 def _shape(shape: object) -> tuple[int, ...]:
-    ok = isinstance(shape, tuple) and len(shape) <= 32
-    ok = ok and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
-    if not ok:
+    if not (
+        isinstance(shape, tuple)
+        and len(shape) <= 32
+        and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+    ):
         raise ValueError(f"bad .npy shape {_clip(repr(shape))}")
-    return shape  # type: ignore[return-value]
+    return shape
 
 
 def _fortran(value: object) -> bool:
@@ -117,7 +122,7 @@ def _clip(text: object, n: int = 80) -> str:
     return s if len(s) <= n else s[:n] + "…"
 
 
-def header_bytes(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+def header_bytes(dtype: npt.DTypeLike, shape: tuple[int, ...]) -> bytes:
     """A version 1.0 header for C-order data of ``dtype`` and ``shape``, padded with spaces so
     that its length (and so the data's offset) is a multiple of 64, as NumPy writes it."""
     text = (

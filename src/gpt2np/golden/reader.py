@@ -18,7 +18,7 @@ import struct
 import zipfile
 import zlib
 from collections.abc import Iterator, Mapping
-from typing import Any, BinaryIO, Optional, Union
+from typing import IO, Any, BinaryIO, Optional, TypeVar, Union
 
 import numpy as np
 
@@ -36,6 +36,7 @@ _READ_ERRORS = (
     RuntimeError, zlib.error, struct.error,
 )  # fmt: skip
 CHUNK = 1 << 20  # elements per chunk when a caller does not say
+_S = TypeVar("_S", bound="Source")
 
 
 class Source:
@@ -70,7 +71,8 @@ class Source:
         """The tensor's axes as the manifest records them (``"B H T S"``), or None."""
         for t in (self.manifest or {}).get("tensors", ()):
             if t["name"] == name:
-                return t.get("axes")
+                axes: Optional[str] = t.get("axes")  # a str or None: parse_manifest checked
+                return axes
         return None
 
     def __contains__(self, name: object) -> bool:
@@ -84,7 +86,7 @@ class Source:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> Source:
+    def __enter__(self: _S) -> _S:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -103,7 +105,7 @@ class GoldenFile(Source):
         self.path = pathlib.Path(path)
         self.label = str(path)
         self._zip: Optional[zipfile.ZipFile] = None
-        self._members: dict[str, Any] = {}
+        self._members: dict[str, Union[zipfile.ZipInfo, pathlib.Path]] = {}  # .npz or dir
         self._headers: dict[str, NpyHeader] = {}
         self.ignored: list[str] = []
         self.names = []
@@ -163,13 +165,15 @@ class GoldenFile(Source):
                 raise CheckpointError(f"{self.path}: two members are named {info.filename}")
             self._members[name] = info
 
-    def _open(self, name: str) -> tuple[BinaryIO, int]:
+    def _open(self, name: str) -> tuple[IO[bytes], int]:
         """A stream of member ``name`` (its .npy header first) and its length in bytes."""
         member = self._members[name]
-        if self._zip is not None:
-            return self._zip.open(member), member.file_size  # type: ignore[return-value]
-        f = open_regular(member)
-        return f, os.fstat(f.fileno()).st_size
+        if isinstance(member, pathlib.Path):  # a directory's NAME.npy
+            f = open_regular(member)
+            return f, os.fstat(f.fileno()).st_size
+        if self._zip is None:
+            raise ValueError(f"{self.label} is closed")
+        return self._zip.open(member), member.file_size
 
     def header(self, name: str) -> NpyHeader:
         if name not in self._headers:
@@ -226,13 +230,16 @@ class GoldenFile(Source):
     def data_offset(self, name: str) -> Optional[int]:
         """Where the tensor's data starts in the file, for a stored (uncompressed) member of an
         .npz; None otherwise. Golden files written by gpt2np put it at a multiple of 64."""
-        info = self._members.get(name)
-        if self._zip is None or info.compress_type != zipfile.ZIP_STORED:
+        info = self._members[name]  # a KeyError for a name it lacks, as header() gives
+        fp = self._zip.fp if self._zip is not None else None
+        if fp is None or not isinstance(info, zipfile.ZipInfo):
             return None
-        fp = self._zip.fp
+        if info.compress_type != zipfile.ZIP_STORED:
+            return None
         fp.seek(info.header_offset + 26)
         n_name, n_extra = struct.unpack("<HH", fp.read(4))
-        return info.header_offset + 30 + n_name + n_extra + self.header(name).header_len
+        at: int = info.header_offset + 30 + n_name + n_extra + self.header(name).header_len
+        return at
 
     def close(self) -> None:
         if self._zip is not None:
@@ -260,7 +267,7 @@ class _Reading:
             raise CheckpointError(f"{self.path}: cannot read tensor {self.name}: {what}") from None
 
 
-def _read_exactly(stream: BinaryIO, n: int) -> bytes:
+def _read_exactly(stream: IO[bytes], n: int) -> bytes:
     data = stream.read(n)
     if len(data) != n:
         raise EOFError(f"the data ends after {len(data):,} of {n:,} bytes")

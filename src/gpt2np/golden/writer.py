@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 __all__ = ["dump"]
 
 
+#: Where a tensor goes in the file: its (dtype, shape, axes).
+Slot = tuple[np.dtype, tuple[int, ...], str]
 _ROWS_PER_LOSS_STEP = 64  # logits rows whose log-softmax is taken at once (bounds the temporaries)
 
 
@@ -103,7 +105,7 @@ def dump(
 
 def _float_dtype(dtype: Any) -> np.dtype:
     try:
-        dt = np.dtype(dtype)
+        dt: np.dtype = np.dtype(dtype)
     except TypeError:
         raise ValueError(f"dtype {dtype!r} is not a numpy dtype; use float32 or float64") from None
     if not np.issubdtype(dt, np.floating):
@@ -111,11 +113,11 @@ def _float_dtype(dtype: Any) -> np.dtype:
     return dt
 
 
-def _layout(model: GPT2, batch: Batch, traced: list[str]) -> dict[str, tuple[np.dtype, tuple, str]]:
+def _layout(model: GPT2, batch: Batch, traced: list[str]) -> dict[str, Slot]:
     """name -> (dtype, shape, axes) of every tensor, in the file's order."""
     h, f, i64 = model.hparams, model.dtype, np.dtype(np.int64)
     B, T, P = batch.B, batch.T, batch.T_past
-    layout = {"ids": (i64, (B, T), "B T")}
+    layout: dict[str, Slot] = {"ids": (i64, (B, T), "B T")}
     if P:
         layout["prefix_ids"] = (i64, (B, P), "B P")
     if batch.targets is not None:
@@ -134,7 +136,7 @@ def _layout(model: GPT2, batch: Batch, traced: list[str]) -> dict[str, tuple[np.
 class _Out:
     """Writes whole tensors, or one row of one, to their places in the archive."""
 
-    def __init__(self, z: AlignedZip, layout: dict[str, tuple[np.dtype, tuple, str]]) -> None:
+    def __init__(self, z: AlignedZip, layout: dict[str, Slot]) -> None:
         self.z, self.layout = z, layout
         self.headers = {name: header_bytes(d, s) for name, (d, s, _) in layout.items()}
 
@@ -142,7 +144,7 @@ class _Out:
         dtype, shape, _ = self.layout[name]
         if a.shape != shape:
             raise AssertionError(f"{name}: computed {a.shape}, laid out {shape}")
-        self.z.write(name + ".npy", len(self.headers[name]), np.ascontiguousarray(a, dtype))
+        self.z.write(name + ".npy", len(self.headers[name]), np.ascontiguousarray(a, dtype).data)
 
     def row(self, name: str, b: int, a: np.ndarray) -> None:
         """``a`` [1, ...] is row b's tensor for its real tokens only: it goes to the end of each
@@ -155,7 +157,7 @@ class _Out:
         )
         full[where] = a[0]
         at = len(self.headers[name]) + b * full.nbytes
-        self.z.write(name + ".npy", at, full)
+        self.z.write(name + ".npy", at, full.data)
 
 
 def _run(model: GPT2, batch: Batch, out: _Out, traced: list[str]) -> None:
@@ -164,25 +166,29 @@ def _run(model: GPT2, batch: Batch, out: _Out, traced: list[str]) -> None:
     out.tensor("ids", ids[:, batch.T_past :])
     if batch.T_past:
         out.tensor("prefix_ids", ids[:, : batch.T_past])
-    if batch.targets is not None:
-        out.tensor("targets", batch.targets)
-    loss = None if batch.targets is None else np.zeros(batch.targets.shape, np.float64)
+    targets = batch.targets  # [B, T] or None
+    if targets is not None:
+        out.tensor("targets", targets)
+    loss: Optional[np.ndarray] = None if targets is None else np.zeros(targets.shape, np.float64)
     if not batch.padded:  # one pass over the whole batch
         past = _past(model, ids[:, : batch.T_past], out, None)
         t = trace_each(model, ids[:, batch.T_past :], out.tensor, past=past, names=traced)
-        if loss is not None:
+        if targets is not None and loss is not None:
             for b in range(batch.B):
-                loss[b] = _loss(t.logits[b], batch.targets[b])
+                loss[b] = _loss(t.logits[b], targets[b])
     else:  # each row alone, on its real tokens, placed after its padding
         for b in range(batch.B):
             prefix, step = batch.split(b)
             past = _past(model, np.array([prefix], np.int64), out, b)
-            emit: Callable = lambda name, a, b=b: out.row(name, b, a)  # noqa: E731
+
+            def emit(name: str, a: np.ndarray, b: int = b) -> None:
+                out.row(name, b, a)
+
             t = trace_each(model, [step], emit, past=past, names=traced)
-            if loss is not None:  # step position t is row position t - first
+            if targets is not None and loss is not None:  # step's position t is row's t - first
                 first, end = batch.T - len(step), loss.shape[1]
                 if end > first:
-                    loss[b, first:] = _loss(t.logits[0], batch.targets[b, first:])
+                    loss[b, first:] = _loss(t.logits[0], targets[b, first:])
     if loss is not None:
         real = batch.real_queries()[:, : loss.shape[1]]
         out.tensor("loss", np.where(real, loss, 0.0))
@@ -197,12 +203,12 @@ def _past(model: GPT2, prefix: np.ndarray, out: _Out, row: Optional[int]) -> Opt
     present = None
     if prefix.shape[1]:
         _, present = forward(model.params, model.hparams, prefix)  # [B, L, 2, H, T_past, Dh]
-    if row is None:
-        out.tensor("past", present)
-    else:
+    if row is not None:
         _, shape, _ = out.layout["past"]
         empty = np.zeros((1, *shape[1:4], 0, shape[5]))
         out.row("past", row, empty if present is None else present)
+    elif present is not None:  # (the layout has a past only for a prefix; finish() checks)
+        out.tensor("past", present)
     return present
 
 
@@ -222,7 +228,7 @@ def _loss(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
 def _write_atomically(
     path: pathlib.Path,
     manifest: dict[str, Any],
-    layout: dict[str, tuple[np.dtype, tuple, str]],
+    layout: dict[str, Slot],
     produce: Callable[[_Out], None],
 ) -> None:
     """Lay the archive out, ``produce`` every tensor into it under a temporary name beside
@@ -254,7 +260,7 @@ def _write_atomically(
 
 
 def _fix_layout(
-    f: Any, manifest: dict[str, Any], layout: dict[str, tuple[np.dtype, tuple, str]]
+    f: Any, manifest: dict[str, Any], layout: dict[str, Slot]
 ) -> tuple[AlignedZip, bytes]:
     """The archive's layout and the manifest's bytes: the manifest lists every tensor's offset,
     which depends on the manifest's own length, so its JSON is padded with spaces to a length
@@ -300,7 +306,11 @@ def _verify(tmp: pathlib.Path, manifest: dict[str, Any]) -> None:
         for t in manifest["tensors"]:
             h = g.header(t["name"])
             at = g.data_offset(t["name"])
-            if (h.dtype.name, list(h.shape), at) != (t["dtype"], t["shape"], t["offset"]):
+            if at is None or (h.dtype.name, list(h.shape), at) != (
+                t["dtype"],
+                t["shape"],
+                t["offset"],
+            ):
                 raise OSError(f"{tmp}: tensor {t['name']} differs after reading it back")
             if at % ALIGN:
                 raise OSError(f"{tmp}: tensor {t['name']} is not {ALIGN}-byte aligned")

@@ -145,8 +145,8 @@ class AlignedZip:
         extra = struct.pack("<HH", 1, len(zip64)) + zip64 if zip64 else b""
         flags = 0 if m.name.isascii() else 0x800
         version = 45 if extra else _VERSION
-        fields = (0x02014B50, _MADE_BY, version, flags, 0, 0, _DOS_DATE, m.crc, size, size)
-        fields += (len(m.name), len(extra), 0, 0, 0, _ATTRS, offset)
+        fields = (0x02014B50, _MADE_BY, version, flags, 0, 0, _DOS_DATE, m.crc, size, size,
+                  len(m.name), len(extra), 0, 0, 0, _ATTRS, offset)  # fmt: skip
         return _CENTRAL.pack(*fields) + m.name + extra
 
     def _end_records(self, central_size: int) -> bytes:
