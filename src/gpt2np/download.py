@@ -361,8 +361,9 @@ def _install(
 
 
 def _offline_help(error: str, name: str, directory: pathlib.Path, base: str) -> str:
+    end = "" if error.rstrip().endswith((".", "!", "?")) else "."  # the CLI joins the lines
     return (
-        f"{error}\nWithout network access, copy the seven files of GPT-2 {name} "
+        f"{error}{end}\nWithout network access, copy the seven files of GPT-2 {name} "
         f"({', '.join(sorted(MODEL_FILES))}) from another machine into {directory}{os.sep} "
         f"(they are served at {base}/{name}/<file>), then call again: they are verified offline."
     )
