@@ -238,7 +238,7 @@ def weight_products(model: gpt2np.GPT2, N: int, passes: int = 1) -> Callable[[],
     """The products of ``passes`` decode steps of N rows with every weight matrix (each block's
     c_attn, c_proj, c_fc, mlp.c_proj, and the head), nothing else: for N = 1, matrix-vector
     passes over all the weights, the floor of a batch-1 decode step."""
-    from gpt2np.fast import FAST
+    from gpt2np.fast.kernels import FAST
 
     rng = np.random.default_rng(0)
     D, dtype = model.hparams.n_embd, model.dtype
@@ -342,7 +342,7 @@ def load_times(ckpt: str, tf_python: str | None, rounds: int) -> None:
 
 
 def tokenizer_speed() -> None:
-    from gpt2np.tokenizer import Tokenizer
+    from gpt2np.tokenizer.tokenizer import Tokenizer
 
     text = "".join(open(m.__file__, encoding="utf-8").read() for m in (json, argparse, os))
     text = (text * (1_000_000 // len(text) + 1))[:1_000_000]
@@ -390,7 +390,7 @@ def main() -> None:
     if args.vs_torch:
         require_torch()
 
-    from gpt2np import parallel
+    from gpt2np.fast import threads as parallel
 
     print(f"date {time.strftime('%Y-%m-%d %H:%M')}  cpu {cpu_name()}  cores {os.cpu_count()}  "
           f"load average {load_average()}")  # fmt: skip

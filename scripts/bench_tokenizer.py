@@ -55,8 +55,8 @@ from typing import Callable
 
 import regex
 
-import gpt2np.bpe
-from gpt2np.tokenizer import DATA_DIR, READ_CHARS, Tokenizer
+import gpt2np.tokenizer.bpe
+from gpt2np.tokenizer.tokenizer import DATA_DIR, READ_CHARS, Tokenizer
 
 ENCODER_JSON = DATA_DIR / "encoder.json"
 VOCAB_BPE = DATA_DIR / "vocab.bpe"
@@ -150,7 +150,7 @@ def cjk_piece(n_chars: int, real: bool = True) -> str:
         rng = random.Random(0)
         letters = "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(n_chars))
     piece = (letters * (n_chars // len(letters) + 1))[:n_chars]
-    assert gpt2np.bpe.PATTERN.findall(piece) == [piece]
+    assert gpt2np.tokenizer.bpe.PATTERN.findall(piece) == [piece]
     return piece
 
 
@@ -325,11 +325,10 @@ def long_pieces(args: argparse.Namespace) -> None:
                 lines = VOCAB_BPE.read_text(encoding="utf-8").split("\n")[1:-1]
                 clear_ranks = {tuple(line.split(" ")): r for r, line in enumerate(lines)}
             symbols = list(piece.encode().decode("latin-1"))
-            table = gpt2np.bpe.bytes_to_unicode()
+            table = gpt2np.tokenizer.bpe.bytes_to_unicode()
             symbols = [table[ord(c)] for c in symbols]
-            clear = (
-                f"{timed(functools.partial(gpt2np.bpe.bpe, ranks=clear_ranks), symbols)[0]:10.3f}"
-            )
+            merge = functools.partial(gpt2np.tokenizer.bpe.bpe, ranks=clear_ranks)
+            clear = f"{timed(merge, symbols)[0]:10.3f}"
         print(f"{label:>28} {ours:8.4f} {theirs:>9} {clear:>10}")
 
 

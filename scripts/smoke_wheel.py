@@ -6,7 +6,8 @@ the built wheel, from a directory outside the source tree (.ci/run does).
 Checks, each printed as it passes (exit 1 at the first failure, naming it):
 gpt2np is imported from the venv's site-packages, not from a source tree; one version in the
 wheel's and sdist's names, the metadata, ``gpt2np.__version__`` and ``gpt2np --version``; the
-bundled vocabulary is there with the SHA-256 pins of gpt2np.tokenizer and encodes "Hello world"
+bundled vocabulary is there with the SHA-256 pins of gpt2np.tokenizer.tokenizer and encodes "Hello
+world"
 as GPT-2 does; the ``gpt2np`` command runs tokenize, detokenize and info (no weights, no
 network); the licences (gpt2np's MIT, and OpenAI's notice for the vocabulary) are in the
 wheel's dist-info, the installed package and the sdist; ``py.typed`` ships; and
@@ -74,7 +75,7 @@ def versions(wheel: pathlib.Path | None, sdist: pathlib.Path | None) -> str:
 
 def vocabulary(package: pathlib.Path) -> None:
     from gpt2np import Tokenizer
-    from gpt2np.tokenizer import ENCODER_JSON_SHA256, VOCAB_BPE_SHA256
+    from gpt2np.tokenizer.tokenizer import ENCODER_JSON_SHA256, VOCAB_BPE_SHA256
 
     for name, pin in (("encoder.json", ENCODER_JSON_SHA256), ("vocab.bpe", VOCAB_BPE_SHA256)):
         path = package / "data" / name

@@ -210,7 +210,7 @@ class EotOnly:
 def run_ours(model: Any, prompts: list[np.ndarray], case: dict[str, Any], mode: str) -> list:
     """gpt2np's Completions for the case (logprobs=5 under ``mode``), flat, prompt-major like
     HF's rows. ``prompts`` empty: an unconditional sample (empty ids)."""
-    from gpt2np.generation import generate
+    from gpt2np.generation.loop import generate
 
     prompt: Any = prompts[0] if len(prompts) == 1 else [list(p) for p in prompts]
     if not prompts:

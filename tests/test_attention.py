@@ -91,7 +91,7 @@ def test_attend_fully_masked_row_is_finite() -> None:
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 def test_fully_masked_row_is_finite_in_every_float_dtype(dtype) -> None:
     """-1e10 overflows float16 to -inf, and a row of -inf gives exp(-inf - -inf) = NaN."""
-    from gpt2np.fast_attention import attend_tiled
+    from gpt2np.fast.attention import attend_tiled
 
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((2, 2, 3, 4)).astype(dtype) for _ in range(3))

@@ -1,4 +1,4 @@
-"""gpt2np.bpe: the fast merge equals the clear one; the pattern and its cut points.
+"""gpt2np.tokenizer.bpe: the fast merge equals the clear one; the pattern and its cut points.
 
 The clear :func:`bpe.bpe` is checked against tiktoken in tests/test_tokenizer.py (fixture and
 oracle tier); here the fast twin is checked against the clear one on arbitrary merge tables
@@ -17,7 +17,7 @@ import regex
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from gpt2np import bpe
+from gpt2np.tokenizer import bpe
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "src" / "gpt2np" / "data"
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

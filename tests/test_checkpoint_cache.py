@@ -1,4 +1,5 @@
-"""The verified cache (gpt2np.checkpoint.cache): what it serves, what it refuses, what it leaves.
+"""The verified cache (gpt2np.checkpoint.conversion_cache): what it serves, what it refuses, what
+it leaves.
 
 Checkpoints are TF's own (scripts/make_tf_fixtures.py): ``tf/small`` is in OpenAI's layout and
 is mapped in place; ``tf/sharded`` (two shards) is converted to safetensors."""
@@ -19,7 +20,7 @@ import pytest
 
 import gpt2np
 from gpt2np import CheckpointError, load
-from gpt2np.checkpoint import cache as cache_module
+from gpt2np.checkpoint import conversion_cache as cache_module
 from gpt2np.checkpoint import load_dir
 from gpt2np.checkpoint.tf_bundle import read_tf_index
 from gpt2np.params import flatten

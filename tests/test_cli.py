@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np import cli, save
-from gpt2np.generation import generate
-from gpt2np.scoring import score
+import gpt2np.cli.app as cli
+from gpt2np import save
+from gpt2np.generation.loop import generate
+from gpt2np.scoring.logprobs import score
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +222,7 @@ def test_interrupt_and_subcommands_in_process(monkeypatch, capsys):
 
     calls = []
     fake = lambda name, **kw: calls.append((name, kw)) or "/m/124M"  # noqa: E731
-    monkeypatch.setattr(sys.modules["gpt2np.download"], "download", fake)
+    monkeypatch.setattr(sys.modules["gpt2np.sources.openai"], "download", fake)
     assert cli.main(["download", "124M", "--base-url", "http://example.invalid"]) == 0
     assert capsys.readouterr().out == "/m/124M\n"
     kwargs = {"models_dir": None, "base_url": "http://example.invalid", "progress": False}
@@ -231,7 +232,7 @@ def test_interrupt_and_subcommands_in_process(monkeypatch, capsys):
     assert {"generate", "score", "tokenize", "detokenize", "download", "convert", "info"} <= set(
         commands
     )
-    if __import__("importlib").util.find_spec("gpt2np.cli_trace"):
+    if __import__("importlib").util.find_spec("gpt2np.cli.golden"):
         assert {"dump", "compare"} <= set(commands)
 
 

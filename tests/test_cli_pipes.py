@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np import cli
+import gpt2np.cli.app as cli
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 TF_SMALL = FIXTURES / "tf" / "small"

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np import cli_trace
-from gpt2np.diff import PRECISIONS, compare
+from gpt2np.cli import golden as cli_trace
 from gpt2np.golden import MANIFEST_KEY, GoldenFile, dump, weights_sha256
+from gpt2np.golden.diff import PRECISIONS, compare
+from gpt2np.golden.trace import tensor_names, trace
 from gpt2np.params import cast_params, flatten, unflatten
-from gpt2np.trace import tensor_names, trace
 
 IDS = [[5, 17, 42, 3, 88, 60]]
 N_TENSORS = 1 + 1 + len(tensor_names(2)) + 2  # ids, targets, the trace, loss, loss.mean

@@ -11,8 +11,8 @@ import pytest
 
 import gpt2np
 from gpt2np import GPT2, Completion
-from gpt2np.generation import generate
-from gpt2np.sampling import log_softmax
+from gpt2np.generation.loop import generate
+from gpt2np.generation.sampling import log_softmax
 from tolerances import logprob32
 
 
@@ -48,7 +48,7 @@ def test_processed_logprobs_are_the_distribution_each_token_was_drawn_from(tiny_
     lp = forward_logprobs(tiny_model, prompt + c.ids)[len(prompt) - 1 : -1]
     for t, token in enumerate(c.ids):
         z = lp[t] / 0.5  # temperature (log_softmax shifts z: the filters do not mind)
-        kept = np.flatnonzero(np.isfinite(gpt2np.sampling.filter_logits(z, 1.0, 4, 0.8)))
+        kept = np.flatnonzero(np.isfinite(gpt2np.generation.sampling.filter_logits(z, 1.0, 4, 0.8)))
         want = log_softmax(z[kept])
         assert sorted(i for i, _ in c.top_logprobs[t]) == sorted(kept)  # no -inf alternatives
         assert c.token_logprobs[t] == pytest.approx(

@@ -27,11 +27,11 @@ from typing import ClassVar
 import pytest
 
 import gpt2np
-from gpt2np import fetch
+from gpt2np.sources import http as fetch
 from httpfixture import Bucket, closed_port_url, etag_of, serve
 
 # gpt2np.download is the function; the module behind it, whose constants the tests patch:
-dl = importlib.import_module("gpt2np.download")
+dl = importlib.import_module("gpt2np.sources.openai")
 
 DATA = "model.ckpt.data-00000-of-00001"
 SMALL = pathlib.Path(__file__).parent / "fixtures" / "tf" / "small"
@@ -802,8 +802,8 @@ def test_progress_none_shows_bars_in_a_notebook(tmp_path, bucket, base_url, caps
     ipython = type(sys)("IPython")
     ipython.get_ipython = lambda: FakeShell()
     monkeypatch.setitem(sys.modules, "IPython", ipython)
-    assert gpt2np.progress.show_progress(None) is True
-    assert fetch.tqdm is tqdm.auto.tqdm and gpt2np.progress.tqdm is tqdm.auto.tqdm
+    assert gpt2np.support.progress.show_progress(None) is True
+    assert fetch.tqdm is tqdm.auto.tqdm and gpt2np.support.progress.tqdm is tqdm.auto.tqdm
     bars = []
 
     class Recorder(tqdm.auto.tqdm):
@@ -818,7 +818,9 @@ def test_progress_none_shows_bars_in_a_notebook(tmp_path, bucket, base_url, caps
 
 
 def test_progress_must_be_a_bool_or_none(tmp_path) -> None:
-    assert gpt2np.progress.show_progress(True) and not gpt2np.progress.show_progress(False)
+    assert gpt2np.support.progress.show_progress(
+        True
+    ) and not gpt2np.support.progress.show_progress(False)
     with pytest.raises(TypeError, match="progress must be True, False or None, got 'yes'"):
         gpt2np.download("124M", models_dir=tmp_path, progress="yes")  # type: ignore[arg-type]
 

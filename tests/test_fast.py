@@ -7,8 +7,8 @@ import pytest
 
 import gpt2np
 from gpt2np.attention import causal_mask
-from gpt2np.fast import CLEAR, FAST, gelu_inplace, gelu_rows, head_few_rows
-from gpt2np.fast_rows import layernorm_rows
+from gpt2np.fast.kernels import CLEAR, FAST, gelu_inplace, gelu_rows, head_few_rows
+from gpt2np.fast.layernorm import layernorm_rows
 from gpt2np.layers import gelu, layernorm
 from gpt2np.model import head
 
@@ -110,8 +110,8 @@ def _refuse(u: np.ndarray) -> np.ndarray:
 def test_the_gelu_kernel_runs_only_for_the_tanh_gelu(act: str) -> None:
     """FAST's gelu_inplace computes GPT-2's tanh GELU only: a model with another activation
     must run the clear activation, never the kernel (here one that refuses to run)."""
-    from gpt2np.fast import Kernels
-    from gpt2np.kvcache import KVCache, forward_cached
+    from gpt2np.fast.kernels import Kernels
+    from gpt2np.fast.kvcache import KVCache, forward_cached
 
     h = gpt2np.HParams(n_vocab=11, n_ctx=8, n_embd=8, n_head=2, n_layer=2, activation_function=act)
     params = gpt2np.init_params(h, seed=0, std=0.3)
@@ -129,7 +129,8 @@ def test_the_gelu_kernel_runs_only_for_the_tanh_gelu(act: str) -> None:
 @pytest.fixture
 def rows_threaded(monkeypatch):
     """Row kernels share even small inputs out among 3 threads."""
-    from gpt2np import fast_rows, parallel
+    from gpt2np.fast import layernorm as fast_rows
+    from gpt2np.fast import threads as parallel
 
     monkeypatch.setattr(fast_rows, "THREADED_NUMBERS", 0)
     parallel.set_threads(3)

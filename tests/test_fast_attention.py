@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np import fast_attention, parallel
 from gpt2np.attention import attend, causal_mask
-from gpt2np.fast_attention import attend_tiled
+from gpt2np.fast import attention as fast_attention
+from gpt2np.fast import threads as parallel
+from gpt2np.fast.attention import attend_tiled
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 
 import gpt2np
 from gpt2np import GPT2
-from gpt2np.generation import generate
+from gpt2np.generation.loop import generate
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 

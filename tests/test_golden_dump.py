@@ -24,9 +24,9 @@ import pytest
 
 import gpt2np
 from gpt2np.golden import MANIFEST_KEY, GoldenFile, dump
+from gpt2np.golden.trace import tensor_names, trace
 from gpt2np.model import forward
 from gpt2np.params import flatten
-from gpt2np.trace import tensor_names, trace
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from toyport import ToyPort
@@ -186,7 +186,7 @@ def test_the_loss_is_scorings_negative_log_probability(tmp_path) -> None:
     ids = list(range(3, 40, 3))
     dump(model, ids, tmp_path / "g.npz", dtype="float64")
     z = read_npz(tmp_path / "g.npz")
-    s = model.astype(np.float64).score(ids)  # gpt2np.scoring, its own log-softmax
+    s = model.astype(np.float64).score(ids)  # gpt2np.scoring.logprobs, its own log-softmax
     np.testing.assert_allclose(z["loss"][0], -np.asarray(s.token_logprobs), rtol=1e-10)
     np.testing.assert_allclose(z["loss.mean"], s.mean_nll, rtol=1e-10)
     np.testing.assert_array_equal(z["targets"][0], ids[1:])

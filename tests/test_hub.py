@@ -13,7 +13,7 @@ import pytest
 
 import gpt2np
 from gpt2np import CheckpointError, DownloadError
-from gpt2np.hub import RepoNotFound
+from gpt2np.sources.hub import RepoNotFound
 from httpfixture import closed_port_url
 from hubfixture import Hub, serve_hub
 
@@ -270,7 +270,7 @@ def test_generation_config_gives_the_defaults(env, monkeypatch) -> None:
 
 
 def test_cli_model_and_revision_and_info(env, monkeypatch, capsys) -> None:
-    from gpt2np.cli import main
+    from gpt2np.cli.app import main
 
     hub = tiny_hub()
     with serve_hub(hub) as url:

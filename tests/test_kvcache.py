@@ -1,7 +1,7 @@
 """The in-place cache path equals the clear forward pass it stands beside, and its cache behaves.
 
 The clear path (gpt2np.forward) concatenates the past and returns the new keys and values; the
-cached path (gpt2np.kvcache) writes them into one preallocated buffer. Every test here compares
+cached path (gpt2np.fast.kvcache) writes them into one preallocated buffer. Every test here compares
 the two, or the cache's bookkeeping against what a row alone would give.
 """
 
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpt2np
-from gpt2np.fast import CLEAR, FAST
-from gpt2np.kvcache import KVCache, forward_cached, forward_via_cache
+from gpt2np.fast.kernels import CLEAR, FAST
+from gpt2np.fast.kvcache import KVCache, forward_cached, forward_via_cache
 from gpt2np.model import forward
 
 #: float32, logits of order 1: chunking a pass changes the products' shapes and so their

@@ -1,4 +1,4 @@
-"""gpt2np.lens: the logit lens on a Trace, checked against the read-out written out here in
+"""gpt2np.golden.lens: the logit lens on a Trace, checked against the read-out written out here in
 plain NumPy (LayerNorm with the biased variance, then the tied head) and against the model's
 own logits for the last block."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np.lens import logit_lens, residual_names, top_tokens
+from gpt2np.golden.lens import logit_lens, residual_names, top_tokens
 
 
 def read_out(x: np.ndarray, ln_f: dict, wte: np.ndarray) -> np.ndarray:

@@ -143,7 +143,7 @@ def test_load_by_hf_name_uses_the_canonical_download(home, monkeypatch) -> None:
 
 
 def test_cli_downloads_and_describes_by_hf_name(home, monkeypatch, capsys) -> None:
-    from gpt2np import cli
+    import gpt2np.cli.app as cli
 
     with serve(Bucket(served_release())) as url:
         monkeypatch.setenv("GPT2NP_BASE_URL", url)
@@ -163,7 +163,7 @@ def test_cli_downloads_and_describes_by_hf_name(home, monkeypatch, capsys) -> No
                  ("gpt2-xl", "1558M")],
 )  # fmt: skip
 def test_hf_names_are_the_four_sizes(home, hf, size) -> None:
-    from gpt2np.download import model_dir, resolve_name
+    from gpt2np.sources.openai import model_dir, resolve_name
 
     assert resolve_name(hf) == size
     assert model_dir(hf) == home / "models" / size

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpt2np.generation import generate
-from gpt2np.logits_processors import (
+from gpt2np.generation.loop import generate
+from gpt2np.generation.processors import (
     Penalties,
     ban_sequences,
     check_penalties,

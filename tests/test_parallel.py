@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from gpt2np import parallel
+from gpt2np.fast import threads as parallel
 
 
 @pytest.fixture

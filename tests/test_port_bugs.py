@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np.diff import PRECISIONS
+from gpt2np.golden.diff import PRECISIONS
 from gpt2np.params import flatten
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))

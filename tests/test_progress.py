@@ -2,7 +2,8 @@
 verification, long non-streamed generation and scoring show tqdm.auto's bars (widgets in
 Jupyter) when someone watches, and the CLI's ``--quiet`` silences them.
 
-(The convention itself, ``gpt2np.progress.show_progress``, and the download's bars are tested
+(The convention itself, ``gpt2np.support.progress.show_progress``, and the download's bars are
+tested
 in tests/test_download.py.)"""
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import pytest
 import tqdm.auto
 
 import gpt2np
-import gpt2np.generation
-from gpt2np import cli
-from gpt2np.checkpoint import cache, tf_bundle
+import gpt2np.cli.app as cli
+import gpt2np.generation.loop
+from gpt2np.checkpoint import conversion_cache as cache
+from gpt2np.checkpoint import tf_bundle
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 TF_SMALL = FIXTURES / "tf" / "small"
@@ -32,7 +34,7 @@ def home(tmp_path, monkeypatch) -> pathlib.Path:
 
 
 class FakeShell:
-    """What tqdm and gpt2np.progress see of IPython's shell inside a Jupyter kernel."""
+    """What tqdm and gpt2np.support.progress see of IPython's shell inside a Jupyter kernel."""
 
     config: ClassVar[dict] = {"IPKernelApp": {}}
 
@@ -61,14 +63,14 @@ def bars(monkeypatch) -> list[dict]:
             self.record["n"] = self.n
             super().close()
 
-    for module in (cache, tf_bundle, gpt2np.generation):
+    for module in (cache, tf_bundle, gpt2np.generation.loop):
         monkeypatch.setattr(module, "tqdm", Recorder)
     return made
 
 
 def test_the_bars_are_tqdm_auto() -> None:
     """tqdm.auto picks a widget in Jupyter and a text bar in a terminal (what HF uses)."""
-    for module in (gpt2np.progress, cache, tf_bundle, gpt2np.generation):
+    for module in (gpt2np.support.progress, cache, tf_bundle, gpt2np.generation.loop):
         assert module.tqdm is tqdm.auto.tqdm, module.__name__
 
 
@@ -220,7 +222,9 @@ def test_cli_score_and_download_pass_quiet_on(tiny_model, monkeypatch) -> None:
     terminal = as_terminal(monkeypatch)
     calls = []
     monkeypatch.setattr(
-        sys.modules["gpt2np.download"], "download", lambda name, **kw: calls.append(kw) or "/d"
+        sys.modules["gpt2np.sources.openai"],
+        "download",
+        lambda name, **kw: calls.append(kw) or "/d",
     )
     assert cli.main(["download", "124M"]) == 0
     assert cli.main(["download", "124M", "-q"]) == 0
@@ -234,7 +238,7 @@ def test_cli_score_and_download_pass_quiet_on(tiny_model, monkeypatch) -> None:
         scored.append(kwargs["progress"])
         raise ValueError("scored")  # enough: the CLI prints it and exits 1
 
-    monkeypatch.setattr("gpt2np.scoring.score", score)
+    monkeypatch.setattr("gpt2np.scoring.logprobs.score", score)
     for argv in (["score", "f.txt"], ["score", "f.txt", "--quiet"]):
         assert cli.main(argv) == 1
     assert scored == [True, False]

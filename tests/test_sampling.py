@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from gpt2np.sampling import (
+from gpt2np.generation.sampling import (
     check_sampling_args,
     filter_logits,
     log_probabilities,
@@ -232,7 +232,7 @@ def test_n_draws_of_one_step_follow_hfs_filtered_distribution(fixture, fixture_m
     """HF's sampling RNG (torch's) cannot be reproduced, so the distribution is tested: 10 000
     samples of one step (n=10 000, each from its own seeded stream) against the softmax that
     HF's temperature, top-k and top-p warpers leave (generate_tiny.npz, chi2_probs)."""
-    from gpt2np.generation import generate
+    from gpt2np.generation.loop import generate
 
     probs, prompt = fixture["chi2_probs"], fixture["chi2_prompt"]
     kw = dict(max_new_tokens=1, temperature=1.3, top_k=40, top_p=0.9, n=10_000, seed=2024)

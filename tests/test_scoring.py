@@ -13,7 +13,7 @@ import pytest
 
 import gpt2np
 from gpt2np import GPT2, Score
-from gpt2np.scoring import score, windows
+from gpt2np.scoring.logprobs import score, windows
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 
@@ -210,7 +210,7 @@ def test_a_list_of_texts():
 
 
 def test_the_window_cache_holds_one_layer(tiny_model):
-    from gpt2np.scoring import _one_pass_cache
+    from gpt2np.scoring.logprobs import _one_pass_cache
 
     cache = _one_pass_cache(tiny_model.hparams, 3, 10, np.float32, pad=np.array([0, 2, 9]))
     assert cache.kv.shape[0] == tiny_model.hparams.n_layer and cache.kv.strides[0] == 0
@@ -222,7 +222,7 @@ def test_the_window_cache_holds_one_layer(tiny_model):
 def test_progress_is_tqdm_auto_and_follows_the_convention(tiny_model, capsys):
     import tqdm.auto
 
-    from gpt2np import scoring
+    from gpt2np.scoring import logprobs as scoring
 
     assert scoring.tqdm is tqdm.auto.tqdm  # widgets in Jupyter, text bars in a terminal
     ids = np.arange(100) % tiny_model.hparams.n_vocab
@@ -287,7 +287,7 @@ def test_live_against_hf_perplexity_recipe(stride):
 def test_the_batched_log_softmax_is_the_float64_one(dtype):
     """The batched path's exp in the logits' dtype, summed in float64, against the float64
     log-softmax of the same logits (which the clear path takes)."""
-    from gpt2np.scoring import _log_softmax_at, _log_softmax_at_in_place
+    from gpt2np.scoring.logprobs import _log_softmax_at, _log_softmax_at_in_place
 
     rng = np.random.default_rng(0)
     logits = (rng.standard_normal((300, 50257)) * 4).astype(dtype)

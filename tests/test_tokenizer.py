@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 import gpt2np
 from gpt2np import CheckpointError, Tokenizer
-from gpt2np import tokenizer as tokenizer_module
-from gpt2np.bpe import bpe, bytes_to_unicode
+from gpt2np.tokenizer import tokenizer as tokenizer_module
+from gpt2np.tokenizer.bpe import bpe, bytes_to_unicode
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIXTURE = ROOT / "tests" / "fixtures" / "tokenizer_cases.json"
@@ -567,7 +567,9 @@ def test_decode_single_token_bytes(tok: Tokenizer) -> None:
     assert tok.decode_single_token_bytes(np.int64(220)) == b" "
     assert tok.decode_single_token_bytes(188) == b"\x00"  # byte tokens come after printables
     for bad in (50257, -1):
-        with pytest.raises(gpt2np.tokenizer.InvalidTokenError, match=f"token id {bad}\\b"):
+        with pytest.raises(
+            gpt2np.tokenizer.tokenizer.InvalidTokenError, match=f"token id {bad}\\b"
+        ):
             tok.decode_single_token_bytes(bad)
     for bad in (True, 1.0, "1", None, [1]):
         with pytest.raises(TypeError):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import gpt2np
-from gpt2np.trace import Trace, tensor_names, tensor_shapes, trace
+from gpt2np.golden.trace import Trace, tensor_names, tensor_shapes, trace
 
 
 def ids_for(model: gpt2np.GPT2, B: int, T: int, seed: int = 0) -> np.ndarray:
@@ -207,24 +207,14 @@ def test_model_trace_method_delegates(tiny_model) -> None:
     assert all(name.startswith("h0.attn.") for name in t if name not in ("logits",))
 
 
-def test_gpt2np_trace_is_callable_like_gpt2np_generate(tiny_model) -> None:
-    """Issue 17: gpt2np.trace(model, ids) used to fail ('module' object is not callable); the
-    module is now callable, and every way of importing it still gives the module."""
-    import importlib
-    import types
+def test_gpt2np_trace_is_the_function_of_golden_trace(tiny_model) -> None:
+    """gpt2np.trace(model, ids) is golden.trace.trace, re-exported like gpt2np.generate."""
+    from gpt2np.golden.trace import trace as function
 
-    import gpt2np.trace as module
-    from gpt2np import trace as same
-    from gpt2np.trace import Trace as TraceClass
-    from gpt2np.trace import trace as function
-
-    assert module is same is gpt2np.trace is importlib.import_module("gpt2np.trace")
-    assert isinstance(module, types.ModuleType) and callable(module)
-    assert TraceClass is Trace and function is trace and module.tensor_names is tensor_names
+    assert gpt2np.trace is function and "trace" in gpt2np.__all__
     ids = ids_for(tiny_model, 2, 5)
     called = gpt2np.trace(tiny_model, ids, names="h1.*")
     assert isinstance(called, Trace) and list(called) == [n for n in tensor_names(2) if "h1." in n]
-    np.testing.assert_array_equal(called.logits, trace(tiny_model, ids).logits)
     past = gpt2np.trace(tiny_model, ids[:, :2]).present
     np.testing.assert_array_equal(
         gpt2np.trace(tiny_model, ids[:, 2:], past).logits,
@@ -232,20 +222,3 @@ def test_gpt2np_trace_is_callable_like_gpt2np_generate(tiny_model) -> None:
     )
     with pytest.raises(ValueError, match="matches no traced tensor"):
         gpt2np.trace(tiny_model, ids, names="nothing*")
-    assert "trace" in gpt2np.__all__
-
-
-def test_trace_module_imported_first_in_a_fresh_interpreter() -> None:
-    import subprocess
-    import sys
-
-    code = (
-        "from gpt2np.trace import Trace\n"
-        "import gpt2np.trace as t\n"
-        "import gpt2np\n"
-        "h = gpt2np.HParams(n_vocab=11, n_ctx=8, n_embd=8, n_head=2, n_layer=1)\n"
-        "m = gpt2np.GPT2(h, gpt2np.init_params(h))\n"
-        "print(type(t(m, [1, 2])) is Trace, gpt2np.trace is t)\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert proc.stdout == "True True\n", proc.stderr

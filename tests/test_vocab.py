@@ -1,4 +1,5 @@
-"""gpt2np.vocab: the two vocabulary files are read with bounds and checked against each other.
+"""gpt2np.tokenizer.vocab: the two vocabulary files are read with bounds and checked against each
+other.
 
 Each case here was first seen to fail (issue 14): a truncated vocab.bpe loaded with other ids,
 nested brackets raised RecursionError, /dev/zero filled memory, a FIFO hung, and a missing
@@ -20,7 +21,7 @@ import textwrap
 import pytest
 
 from gpt2np import CheckpointError, Tokenizer
-from gpt2np import vocab as vocab_module
+from gpt2np.tokenizer import vocab as vocab_module
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "src" / "gpt2np" / "data"
 TEXT = "Hello world, the tokenizer's merges: 12345 東京 🇯🇵\n\n  end"

@@ -3,28 +3,29 @@
 >>> import gpt2np
 >>> gpt2np.generate("Alan Turing theorized", max_new_tokens=20, temperature=0)
 
-The forward pass reads like the paper: ``layers`` (layernorm, gelu, softmax, linear),
-``attention``, ``block``, ``model`` (:func:`forward`). docs/architecture.md shows how the
-modules are layered; README.md and docs/ give the whole tour.
+The forward pass reads like the paper and sits at the top of the package: ``layers``
+(layernorm, gelu, softmax, linear), ``attention``, ``block``, ``model`` (:func:`forward`). The
+rest is a folder per layer: ``fast/``, ``tokenizer/``, ``checkpoint/``, ``sources/``,
+``generation/``, ``scoring/``, ``golden/``, ``cli/`` (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 from ._version import __version__
 from .api import generate, load, save
-from .completion import Completion
-from .diff import CompareReport, compare
-from .download import download
 from .errors import CheckpointError, DownloadError
+from .fast.kvcache import KVCache
+from .generation.completion import Completion
 from .golden import dump
+from .golden.diff import CompareReport, compare
+from .golden.trace import Trace, trace
 from .gpt2 import GPT2
 from .hparams import HPARAMS, MODEL_NAMES, HParams
-from .kvcache import KVCache
 from .model import forward
 from .params import init_params
-from .scoring import Score
+from .scoring.logprobs import Score
+from .sources.openai import download
 from .tokenizer import Tokenizer
-from .trace import Trace  # also binds gpt2np.trace: the module, callable as gpt2np.trace(...)
 
 __all__ = [
     "GPT2",

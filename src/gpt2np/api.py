@@ -5,7 +5,7 @@
 >>> gpt2np.generate("Alan Turing theorized", max_new_tokens=20, temperature=0)
 
 Loading a model by name is the facade's job: the files layer (:mod:`gpt2np.checkpoint`,
-:mod:`gpt2np.download`) reads and fetches arrays, :mod:`gpt2np.generation` runs a model it is
+:mod:`gpt2np.download`) reads and fetches arrays, :mod:`gpt2np.generation.loop` runs a model it is
 given, and this module joins them.
 """
 
@@ -20,17 +20,18 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from . import generation, hub
 from .checkpoint import load_dir, load_files, save_dir
-from .download import KNOWN_NAMES, check_complete, download, missing_files
 from .errors import CheckpointError
+from .generation import loop as generation
 from .gpt2 import GPT2
 from .hparams import HPARAMS
-from .hub import RepoNotFound, is_repo_id
 from .params import map_params
-from .paths import expand_user
-from .progress import show_progress
-from .tokenizer import Tokenizer
+from .sources import hub
+from .sources.hub import RepoNotFound, is_repo_id
+from .sources.openai import KNOWN_NAMES, check_complete, download, missing_files
+from .support.paths import expand_user
+from .support.progress import show_progress
+from .tokenizer.tokenizer import Tokenizer
 
 __all__ = ["generate", "load", "save"]
 
@@ -60,7 +61,8 @@ def load(
     fetched with :func:`gpt2np.download` (``models_dir`` goes there; nothing is transferred once
     the files are complete), and ``org/name`` (or anything after ``hf:``) is fetched from the
     hub at ``revision`` (branch, tag or commit; default "main") with
-    :func:`gpt2np.hub.snapshot`: pinned to a commit, verified, read from huggingface_hub's cache
+    :func:`gpt2np.sources.hub.snapshot`: pinned to a commit, verified, read from huggingface_hub's
+    cache
     when it holds the files, offline when ``HF_HUB_OFFLINE=1``; ``token`` (default
     ``$HF_TOKEN``) for gated and private repositories. The files are read by
     :func:`gpt2np.checkpoint.load_dir`, which checks every tensor's CRC32C and caches the
@@ -69,7 +71,7 @@ def load(
     ``dtype`` casts the weights (default: float32 as stored); ``fast`` as for :class:`GPT2`.
 
     progress: bars for the download and the first load's verification; None (default) shows
-        them on a terminal or in a notebook, True/False force them (:mod:`gpt2np.progress`).
+        them on a terminal or in a notebook, True/False force them (:mod:`gpt2np.support.progress`).
     mmap: True (default) memory-maps the weights from the file: a warm load takes
         milliseconds and processes share one copy in memory, but the arrays are read-only.
         False reads them into memory, writable (to ablate a head, say); ``model.copy()`` does
@@ -134,7 +136,7 @@ def load(
 def _load_from_hub(
     repo: str, revision: Any, token: Any, progress: Any, dtype: Any, fast: bool, mmap: bool
 ) -> GPT2:
-    """A model of the hub's files (:func:`gpt2np.hub.snapshot`), remembering where they came
+    """A model of the hub's files (:func:`gpt2np.sources.hub.snapshot`), remembering where they came
     from in ``model.source``."""
     snap = hub.snapshot(repo, revision, token=token, progress=progress)
     try:
@@ -230,8 +232,8 @@ def generate(
     """:meth:`gpt2np.GPT2.generate` with the model given as a :class:`GPT2`, or as a name
     ("124M") or directory for :func:`load`, loaded once per process and ``dtype`` and reused.
     The same positional arguments as ``model.generate`` (prompt, max_new_tokens) and the same
-    keyword arguments (see :func:`gpt2np.generation.generate`); ``progress``
-    (:mod:`gpt2np.progress`) goes to the loading and the generation. ``max_new_tokens=None``
+    keyword arguments (see :func:`gpt2np.generation.loop.generate`); ``progress``
+    (:mod:`gpt2np.support.progress`) goes to the loading and the generation. ``max_new_tokens=None``
     takes the model's default (its generation_config.json's, else 50).
 
     The arguments are checked before a named model is loaded (and perhaps downloaded).

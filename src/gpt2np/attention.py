@@ -12,7 +12,7 @@ Shapes use B batch, T new tokens, T_past cached tokens, S = T_past + T keys, D =
 H = n_head, Dh = D / H. The keys and values of earlier tokens come in as ``past``
 ``[B, 2, H, T_past, Dh]`` (keys at index 0, values at index 1: OpenAI's ``past_shape`` with the
 layer axis taken out); the new tokens' own come out as ``present`` ``[B, 2, H, T, Dh]``.
-Generation's in-place cache is a separate path beside this one (:mod:`gpt2np.kvcache`).
+Generation's in-place cache is a separate path beside this one (:mod:`gpt2np.fast.kvcache`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The argument checks of :class:`gpt2np.GPT2`, kept out of the maths modules.
 
-The forward pass (:mod:`gpt2np.model`, :mod:`gpt2np.kvcache`) trusts its arguments, so that it
+The forward pass (:mod:`gpt2np.model`, :mod:`gpt2np.fast.kvcache`) trusts its arguments, so that it
 reads like the equations. Everything a user hands the facade passes through here first and
 comes out as the arrays the maths expects, or as a ValueError / TypeError saying what is wrong.
 """
@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from .fast.kvcache import KVCache
 from .hparams import HParams
-from .kvcache import KVCache
 from .model import past_shape
 
 __all__ = [

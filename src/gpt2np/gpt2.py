@@ -1,6 +1,6 @@
 """The :class:`GPT2` facade: weights, hyperparameters and a tokenizer, with checked methods.
 
-The maths underneath (:func:`gpt2np.forward`, :mod:`gpt2np.kvcache`) trusts its arguments; this
+The maths underneath (:func:`gpt2np.forward`, :mod:`gpt2np.fast.kvcache`) trusts its arguments; this
 class checks them (:mod:`gpt2np.checks`) and picks the path: the fast kernels by default, the
 clear reference functions with ``fast=False``. Generation, scoring and tracing are functions of
 their own modules that take a model; the methods here are shortcuts to them.
@@ -14,15 +14,15 @@ from typing import Any, Optional, Union, overload
 import numpy as np
 
 from . import checks
-from .fast import CLEAR, FAST
-from .generation import generate
+from .fast.kernels import CLEAR, FAST
+from .fast.kvcache import KVCache, forward_cached, forward_via_cache
+from .generation.loop import generate
+from .golden.trace import Names, Trace, trace
 from .hparams import HParams
-from .kvcache import KVCache, forward_cached, forward_via_cache
 from .model import forward
 from .params import Params, cast_params, check_params, flatten, map_params
-from .scoring import Scorable, Score, score
-from .tokenizer import Tokenizer
-from .trace import Names, Trace, trace
+from .scoring.logprobs import Scorable, Score, score
+from .tokenizer.tokenizer import Tokenizer
 
 __all__ = ["GPT2"]
 
@@ -33,12 +33,13 @@ EOT_50257 = 50256
 class GPT2:
     """A GPT-2 model: hyperparameters, parameters and (optionally) a tokenizer.
 
-    ``fast=True`` (the default) runs :data:`gpt2np.fast.FAST`: attention with
-    :func:`gpt2np.fast_attention.attend_tiled` (skips the masked half of long prompts, heads
-    shared among threads), LayerNorm with :func:`gpt2np.fast_rows.layernorm_rows`, the MLP's
-    gelu with :func:`gpt2np.fast.gelu_rows` and a small batch's head with
-    :func:`gpt2np.fast.head_few_rows`, each equal to its clear twin to float rounding, through
-    :func:`gpt2np.kvcache.forward_via_cache`. ``fast=False`` runs :func:`gpt2np.forward`, the
+    ``fast=True`` (the default) runs :data:`gpt2np.fast.kernels.FAST`: attention with
+    :func:`gpt2np.fast.attention.attend_tiled` (skips the masked half of long prompts, heads
+    shared among threads), LayerNorm with :func:`gpt2np.fast.layernorm.layernorm_rows`, the MLP's
+    gelu with :func:`gpt2np.fast.kernels.gelu_rows` and a small batch's head with
+    :func:`gpt2np.fast.kernels.head_few_rows`, each equal to its clear twin to float rounding,
+    through
+    :func:`gpt2np.fast.kvcache.forward_via_cache`. ``fast=False`` runs :func:`gpt2np.forward`, the
     clear reference path, and the clear kernels for cached generation.
 
     >>> model = GPT2(hparams, params)
@@ -83,7 +84,7 @@ class GPT2:
         #: max_new_tokens): the end of a text, and how many tokens generate() makes when not told.
         self.generation_config: dict[str, Any] = {}
         #: Where the weights came from, when loaded from the Hugging Face Hub: a
-        #: :class:`gpt2np.hub.Snapshot` (repo, revision, commit, files), else None.
+        #: :class:`gpt2np.sources.hub.Snapshot` (repo, revision, commit, files), else None.
         self.source: Any = None
 
     @property
@@ -228,10 +229,10 @@ class GPT2:
         ``echo`` includes the prompt; penalties and ``logits_processors`` change the logits;
         ``num_beams`` runs beam search; ``stop`` str(s) end a row and are cut;
         ``stream=True`` yields pieces; ``context="slide"`` keeps the last n_ctx tokens instead
-        of raising; ``progress`` (:mod:`gpt2np.progress`) a bar over the tokens when not
+        of raising; ``progress`` (:mod:`gpt2np.support.progress`) a bar over the tokens when not
         streaming. ``max_new_tokens`` defaults to the checkpoint's generation_config.json (its
         max_new_tokens, or max_length less the longest prompt), else 50. See
-        :func:`gpt2np.generation.generate` for each argument."""
+        :func:`gpt2np.generation.loop.generate` for each argument."""
         if max_new_tokens is None:
             max_new_tokens = self.default_max_new_tokens(prompt)
         return generate(
@@ -319,7 +320,7 @@ class GPT2:
         token_logprobs, context_len, nll, perplexity, n_tokens); the first token is not scored.
         A list of texts or of id lists is a batch and gives a list of Scores. ``progress``: a
         bar over the windows (None: on a terminal or in a notebook); ``batch_size``: windows per
-        forward pass. See :func:`gpt2np.scoring.score`."""
+        forward pass. See :func:`gpt2np.scoring.logprobs.score`."""
         return score(
             self, text_or_ids, stride=stride, max_len=max_len, progress=progress,
             batch_size=batch_size,
@@ -327,7 +328,7 @@ class GPT2:
 
     def trace(self, ids: Any, past: Optional[np.ndarray] = None, names: Names = None) -> Trace:
         """Every intermediate of the forward pass by name (docs/tracing.md): a
-        :class:`gpt2np.trace.Trace` mapping name -> ndarray in forward order, with
+        :class:`gpt2np.golden.trace.Trace` mapping name -> ndarray in forward order, with
         ``.logits`` [B, T, V] and ``.present``. ``names``: glob(s) keeping only some."""
         return trace(self, ids, past=past, names=names)
 

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from .smallfiles import read_json_file
+from .support.bounded_read import read_json_file
 
 __all__ = ["ACTIVATIONS", "HPARAMS", "MODEL_NAMES", "HParams"]
 

@@ -129,7 +129,8 @@ class Recorder:
     Every function of the clear forward pass takes a ``record`` and hands it each intermediate
     under its name (``record("probs", probs)``), and ``record.scope("attn")`` prefixes the names
     of a sub-computation (``h3.attn.probs``). This one records nothing;
-    :func:`gpt2np.trace.trace` passes one that keeps the arrays, so the names in the code, in a
+    :func:`gpt2np.golden.trace.trace` passes one that keeps the arrays, so the names in the code,
+    in a
     trace and in a golden file are the same names, and running and tracing are one composition.
     """
 

@@ -13,7 +13,7 @@ This follows OpenAI's ``src/model.py`` (``model()``, ``positions_for``, ``past_s
 :func:`forward` is a pure function, params in, arrays out, with the past as an argument and the
 new tokens' keys and values as a result. Arguments are not checked here: :class:`gpt2np.GPT2`
 checks them. Generation's in-place cache and the faster kernels sit beside this path
-(:mod:`gpt2np.kvcache`, :mod:`gpt2np.fast`) and are tested equal to it.
+(:mod:`gpt2np.fast.kvcache`, :mod:`gpt2np.fast.kernels`) and are tested equal to it.
 """
 
 from __future__ import annotations

@@ -12,14 +12,12 @@
 
 from __future__ import annotations
 
-from .crc32c import crc32c
 from .loader import Checkpoint, load_dir, load_files, save_dir
 from .safetensors import read_safetensors, write_safetensors
 from .tf_bundle import read_tf_checkpoint
 
 __all__ = [
     "Checkpoint",
-    "crc32c",
     "load_dir",
     "load_files",
     "read_safetensors",

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import CheckpointError
 from ..hparams import HParams
-from ..smallfiles import read_json_file
+from ..support.bounded_read import read_json_file
 from .convert import flat_from_hf, hparams_from_hf_config
 from .safetensors import read_safetensors
 

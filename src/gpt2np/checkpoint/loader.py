@@ -30,10 +30,10 @@ from typing import Any, Optional
 from ..errors import CheckpointError
 from ..hparams import HParams
 from ..params import Params, flatten, unflatten
-from ..paths import expand_user
-from ..progress import show_progress
-from ..smallfiles import read_small_file
-from . import cache
+from ..support.bounded_read import read_small_file
+from ..support.paths import expand_user
+from ..support.progress import show_progress
+from . import conversion_cache as cache
 from .convert import flat_from_openai, hf_config, hf_from_flat
 from .hf import read_files, read_json, vocabulary_files
 from .safetensors import read_safetensors, write_safetensors
@@ -87,9 +87,9 @@ def load_dir(
     checked against their CRC-32Cs on first load and recorded in ``cache_dir`` (default
     ``$GPT2NP_HOME/cache``) unless ``use_cache=False``; later loads memory-map the weights
     (OpenAI's layout in place, others from a safetensors conversion; see
-    :mod:`gpt2np.checkpoint.cache`). ``verify=True`` checks every CRC-32C on every load
+    :mod:`gpt2np.checkpoint.conversion_cache`). ``verify=True`` checks every CRC-32C on every load
     (safetensors files carry no checksums). The hparams must name exactly the checkpoint's
-    tensors, no more and no fewer. ``progress`` (:mod:`gpt2np.progress`: None shows it on a
+    tensors, no more and no fewer. ``progress`` (:mod:`gpt2np.support.progress`: None shows it on a
     terminal or in a notebook) shows a bar while a TF checkpoint's CRC-32Cs are checked.
     Raises :class:`~gpt2np.CheckpointError` naming the file (and tensor) for bad input.
     """

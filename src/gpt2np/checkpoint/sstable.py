@@ -22,7 +22,7 @@ import os
 import struct
 
 from ..errors import CheckpointError
-from ..smallfiles import read_small_file
+from ..support.bounded_read import read_small_file
 from . import snappy
 from .crc32c import crc32c, unmask
 from .protobuf import ProtobufError, read_varint

@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ..errors import CheckpointError
-from ..progress import tqdm
-from ..smallfiles import read_small_file
+from ..support.bounded_read import read_small_file
+from ..support.progress import tqdm
 from .crc32c import crc32c, unmask
 from .protobuf import BundleEntry, BundleHeader, ProtobufError, parse_entry, parse_header
 from .sstable import MAX_INDEX, parse_table

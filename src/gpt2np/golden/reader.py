@@ -23,9 +23,9 @@ from typing import IO, Any, BinaryIO, Optional, TypeVar, Union
 import numpy as np
 
 from ..errors import CheckpointError
-from ..trace import Trace
 from .manifest import MANIFEST_KEY, MAX_MANIFEST_BYTES, parse_manifest
 from .npy import NpyHeader, read_header
+from .trace import Trace
 
 __all__ = ["GoldenFile", "MappingSource", "Source", "open_regular", "open_source"]
 

@@ -1,6 +1,7 @@
 """``dump``: trace a forward pass (or one KV-cached decode step) straight into a golden file.
 
-Every tensor is written the moment the forward pass computes it (:func:`gpt2np.trace.trace_each`),
+Every tensor is written the moment the forward pass computes it
+(:func:`gpt2np.golden.trace.trace_each`),
 so memory holds the model and one layer's intermediates, not the whole trace. The file's layout
 is fixed before the pass starts (every shape is known from the hparams and the inputs), which is
 what lets the manifest, the first member, list each tensor's offset, and lets the rows of a
@@ -21,12 +22,12 @@ import numpy as np
 
 from .._version import __version__
 from ..model import forward
-from ..paths import fsync_dir
-from ..trace import Names, selected_names, tensor_axes, tensor_shapes, trace_each
+from ..support.paths import fsync_dir
 from .inputs import Batch, batch_of
 from .manifest import FORMAT, FORMAT_VERSION, MANIFEST_KEY, weights_sha256
 from .npy import ALIGN, header_bytes
 from .reader import GoldenFile, PathLike
+from .trace import Names, selected_names, tensor_axes, tensor_shapes, trace_each
 from .zipwrite import AlignedZip
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def dump(
     keys and values become the past (stored as ``past`` [B, L, 2, H, T_past, Dh]) and the traced
     tensors are the step's. dtype: compute in this float dtype (``np.float64`` for the
     higher-precision reference); the weights' hash is taken before the cast. names: globs
-    selecting traced tensors, as for :func:`gpt2np.trace.trace`. targets: ids [B, T] whose
+    selecting traced tensors, as for :func:`gpt2np.golden.trace.trace`. targets: ids [B, T] whose
     cross-entropy ``loss`` [B, T] is recorded; by default each position's next token
     (``loss`` [B, T - 1]; none for a single token). model_name: recorded in the manifest.
     """

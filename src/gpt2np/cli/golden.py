@@ -1,0 +1,174 @@
+"""The ``gpt2np dump`` and ``gpt2np compare`` subcommands (golden files for ports).
+
+``gpt2np/cli.py`` calls :func:`add_parsers`; each subcommand's handler takes the parsed
+arguments and returns the exit code. User mistakes raise ValueError / CheckpointError, which the
+main CLI prints as one line.
+
+    gpt2np dump [--model 124M] (--prompt TEXT ... | --ids "1,2;3,4") --out golden.npz
+                [--prefix-len N | --prefix TEXT | --prefix-ids IDS] [--targets IDS]
+                [--dtype float64] [--names GLOB ...]
+    gpt2np compare GOLDEN PORT [--precision P] [--rtol R] [--atol A] [--strict]
+                   [--only-failures | --all | --json] [--allow-mismatch KEY ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..golden import dump
+from ..golden.diff import PRECISIONS, compare
+from ..golden.diff.engine import CHECKED_KEYS
+from .common import load_model, progress_of
+
+__all__ = ["add_parsers", "parse_rows", "run_compare", "run_dump"]
+
+
+def add_parsers(subparsers: Any) -> None:
+    """Register ``dump`` and ``compare`` on an ``argparse`` subparsers object."""
+    p = subparsers.add_parser(
+        "dump",
+        help="write every intermediate of a forward pass (or a decode step) to a golden .npz",
+        description="Trace a prompt through a model and write every named intermediate "
+        "(embed.*, h{i}.*, ln_f, logits, the next-token loss) plus a JSON manifest to an .npz "
+        "that a port can diff against with 'gpt2np compare'. With a prefix, the prefix's keys "
+        "and values become the past and the rest is traced as one KV-cached step. "
+        "Layout: docs/golden-files.md.",
+    )
+    p.add_argument(
+        "--model",
+        default="124M",
+        help="published name, a model directory or a Hub repo id (default: 124M)",
+    )
+    p.add_argument("--revision", help="the Hub repo's branch, tag or commit (default main)")
+    text = p.add_mutually_exclusive_group(required=True)
+    text.add_argument(
+        "--prompt", action="append", help="text to encode (repeat it for a batch of rows)"
+    )
+    text.add_argument(
+        "--ids", help="token ids instead of text: '464,3290', rows separated by ';' ('1,2;3,4')"
+    )
+    prefix = p.add_mutually_exclusive_group()
+    prefix.add_argument(
+        "--prefix-len",
+        type=int,
+        metavar="N",
+        help="the first N positions are the prefix; the rest is one KV-cached step",
+    )
+    prefix.add_argument("--prefix", metavar="TEXT", help="a prefix text before every row")
+    prefix.add_argument("--prefix-ids", metavar="IDS", help="prefix token ids, rows by ';'")
+    p.add_argument("--targets", metavar="IDS", help="loss targets [B, T] (default: next token)")
+    p.add_argument("--out", required=True, help="the .npz to write (the exact name given)")
+    p.add_argument(
+        "--dtype",
+        choices=["float32", "float64"],
+        help="compute in this dtype (default: the weights' own, float32)",
+    )
+    p.add_argument(
+        "--names",
+        action="append",
+        metavar="GLOB",
+        help="keep only traced tensors matching this glob, e.g. 'h0.*' (repeatable)",
+    )
+    p.set_defaults(func=run_dump)
+
+    c = subparsers.add_parser(
+        "compare",
+        help="diff a port's tensors against a golden .npz; exit 1 if any diverges",
+        description="Compare each tensor of GOLDEN, in forward order, with PORT's; report the "
+        "first that diverges (some element has |port - golden| > atol + rtol*|golden|), where "
+        "its error is born, and what a failing tensor equals instead. PORT may be an .npz or a "
+        "directory of NAME.npy files. Exit 1 if the comparison fails.",
+    )
+    c.add_argument("golden", help="the reference .npz (from 'gpt2np dump')")
+    c.add_argument("port", help="the port's .npz, or a directory of NAME.npy files")
+    c.add_argument(
+        "--precision",
+        choices=list(PRECISIONS),
+        default="float32",
+        help="the port's precision, which sets the tolerances "
+        + ", ".join(f"{k}: rtol {r:g} atol {a:g}" for k, (r, a) in PRECISIONS.items()),
+    )
+    c.add_argument("--rtol", type=float, help="override the preset's rtol")
+    c.add_argument("--atol", type=float, help="override the preset's atol")
+    c.add_argument(
+        "--strict", action="store_true", help="also fail when the port lacks a golden tensor"
+    )
+    view = c.add_mutually_exclusive_group()
+    view.add_argument("--only-failures", action="store_true", help="list every failing tensor")
+    view.add_argument("--all", action="store_true", help="list every tensor, passing or not")
+    view.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    c.add_argument(
+        "--allow-mismatch",
+        action="append",
+        default=[],
+        metavar="KEY",
+        choices=[*CHECKED_KEYS, "all"],
+        help="do not fail when the manifests differ in KEY (" + ", ".join(CHECKED_KEYS) + ", all)",
+    )
+    c.set_defaults(func=run_compare)
+
+
+def parse_rows(text: str, what: str) -> list[list[int]]:
+    """'1,2;3 4' -> [[1, 2], [3, 4]] (rows may differ in length); ValueError naming ``what``."""
+    rows = []
+    for part in text.split(";"):
+        items = part.replace(",", " ").split()
+        if not items:
+            raise ValueError(f"{what}: an empty row in {text!r}; e.g. {what} '464,3290;464,318'")
+        try:  # not str.isdigit: it accepts "²", which int() refuses with a bare message
+            rows.append([int(i) for i in items])
+        except ValueError:
+            bad = next(i for i in items if not _is_int(i))
+            raise ValueError(
+                f"{what} must be integers separated by spaces or commas, rows by ';', got {bad!r}"
+            ) from None
+    return rows
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def run_dump(args: argparse.Namespace) -> int:
+    """Load the model, dump the trace to --out, print one summary line."""
+    ids_or_text: Any = args.prompt if args.ids is None else parse_rows(args.ids, "--ids")
+    if isinstance(ids_or_text, list) and len(ids_or_text) == 1 and args.ids is None:
+        ids_or_text = ids_or_text[0]
+    prefix: Any = args.prefix_len if args.prefix_len is not None else args.prefix
+    if args.prefix_ids is not None:
+        prefix = parse_rows(args.prefix_ids, "--prefix-ids")
+    targets = None if args.targets is None else parse_rows(args.targets, "--targets")
+    # as stored: the manifest hashes the weights as stored
+    model = load_model(args.model, None, args.revision, progress=progress_of(args))
+    m = dump(
+        model, ids_or_text, args.out, dtype=args.dtype, names=args.names,
+        model_name=args.model, prefix=prefix, targets=targets,
+    )  # fmt: skip
+    ids = m["ids"]
+    first = ", ".join(map(str, ids[0][:4])) + (", …" if len(ids[0]) > 4 else "")
+    past = f", T_past {m['T_past']}" if m["T_past"] else ""
+    pad = f", left padding {m['pad']}" if m["pad"] else ""
+    print(
+        f"wrote {args.out}: {len(m['tensors'])} tensors, ids [{len(ids)}, {len(ids[0])}] "
+        f"({first}){past}{pad}, {m['dtype']}, weights sha256 {m['weights_sha256'][:16]}…"
+    )
+    return 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """Print the comparison; 0 when it passes, else 1."""
+    report = compare(
+        args.golden, args.port, rtol=args.rtol, atol=args.atol, strict=args.strict,
+        precision=args.precision, allow_mismatch=args.allow_mismatch,
+    )  # fmt: skip
+    if args.json:
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        print(report.format("failures" if args.only_failures else "all" if args.all else "default"))
+    return 0 if report.ok else 1

@@ -1,0 +1,269 @@
+"""The comparison itself: two sources of named tensors, streamed chunk by chunk in lockstep.
+
+Memory stays at a few chunks (a million elements each) whatever the tensors' size; only a
+failing tensor's hints read one of the port's tensors whole (see :mod:`gpt2np.golden.diff.hints`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from typing import Any, Optional
+
+import numpy as np
+
+from ..reader import CHUNK, Source, open_source
+from . import hints
+from .report import CompareReport, TensorDiff
+from .tolerance import tolerance
+from .visible import axes_of, chunk_size, visible
+
+__all__ = ["compare"]
+
+#: Manifest keys that must agree for the comparison to mean anything.
+CHECKED_KEYS = ("weights_sha256", "hparams", "ids", "prefix_ids", "T_past", "pad")
+#: /tol below this is noise when it comes to where an error is born (see TensorDiff.growth).
+GROWTH_FLOOR = 0.05
+_HINTED_ROWS = 3  # failing tensors whose hints are searched (each reads the port's tensor whole)
+
+
+def compare(
+    golden: Any,
+    port: Any,
+    rtol: Optional[float] = None,
+    atol: Optional[float] = None,
+    strict: bool = False,
+    *,
+    precision: Optional[str] = None,
+    allow_mismatch: Iterable[str] = (),
+    hint: bool = True,
+) -> CompareReport:
+    """Compare every tensor of ``golden`` with the port's, in the golden file's order.
+
+    golden, port: a path (an ``.npz``, or a directory of ``NAME.npy`` files), a mapping
+    name -> array (a port running in this process), or a :class:`gpt2np.Trace`.
+    precision: the tolerance preset (float64, float32 — the default —, tf32, float16, bfloat16,
+    :data:`gpt2np.golden.diff.PRECISIONS`); ``rtol``/``atol`` override its values. strict: a tensor
+    missing in the port fails too. allow_mismatch: manifest keys (weights_sha256, hparams, ids,
+    prefix_ids, T_past, pad, or "all") whose difference is reported but does not fail.
+    hint: look for what a failing tensor equals instead (another tensor, a transpose, a scale).
+
+    Unreadable files raise :class:`gpt2np.CheckpointError`; everything else (missing, extra,
+    misshapen tensors, other dtypes, different manifests) ends up in the report.
+    """
+    precision, rtol, atol = tolerance(precision, rtol, atol)
+    allowed = _allowed(allow_mismatch)
+    with open_source(golden, "<in-memory golden>") as g, open_source(port, "<in-memory port>") as p:
+        ctx = _Context(g, rtol, atol)
+        rows = [_compare_one(name, g, p, ctx) for name in g.names]
+        _growth(rows)
+        born = _born(rows)
+        if hint:
+            hinted = [r for r in rows if r.diverged][:_HINTED_ROWS]
+            hinted += [r for r in rows if r.name == born and r.diverged and r not in hinted]
+            for r in hinted:
+                r.hints = hints.search(r, g, p, ctx)
+        mismatches, notes = _manifests(g, p, allowed)
+    return CompareReport(
+        golden=_label(golden, g),
+        port=_label(port, p),
+        rtol=rtol,
+        atol=atol,
+        strict=strict,
+        rows=rows,
+        extra=[n for n in p.names if n not in g.names],
+        notes=notes + _ignored(g, p),
+        precision=precision,
+        mismatches=mismatches,
+        allowed=sorted(allowed),
+        born=born,
+    )
+
+
+class _Context:
+    """What every tensor's comparison needs to know about the golden side and the tolerance."""
+
+    def __init__(self, golden: Source, rtol: float, atol: float) -> None:
+        m = golden.manifest or {}
+        self.rtol, self.atol = rtol, atol
+        self.T_past = golden.T_past
+        self.pad = None if m.get("pad") is None else np.asarray(m["pad"], np.int64)
+        self.hparams = m.get("hparams")
+
+
+def _compare_one(name: str, g: Source, p: Source, ctx: _Context) -> TensorDiff:
+    gh = g.header(name)
+    row = TensorDiff(name, "missing", gh.shape, golden_dtype=gh.dtype.name)
+    if name not in p.names:
+        return row
+    ph = p.header(name)
+    row.port_shape, row.port_dtype = ph.shape, ph.dtype.name
+    problem = _dtype_problem(gh.dtype, ph.dtype)
+    if problem:
+        row.status, row.note = "dtype", problem
+        return row
+    if ph.shape != gh.shape:
+        row.status = "shape"
+        row.note = f"port {_text(ph.shape)}, golden {_text(gh.shape)}"
+        return row
+    axes = axes_of(name, g.axes(name), len(gh.shape))
+    stats = _Stats(ctx.rtol, ctx.atol)
+    n = chunk_size(gh.shape, CHUNK)
+    at, port_chunks = 0, p.chunks(name, n)
+    for gc in g.chunks(name, n):
+        mask = visible(name, axes, gh.shape, ctx.T_past, ctx.pad, at, at + gc.size)
+        stats.add(gc, next(port_chunks), at, mask)
+        at += gc.size
+    next(
+        port_chunks, None
+    )  # runs the port's reader to its end, where a ZIP member's CRC is checked
+    stats.fill(row, gh.shape)
+    return row
+
+
+def _label(x: Any, source: Source) -> str:
+    return str(x) if isinstance(x, (str, os.PathLike)) else source.label
+
+
+def _dtype_problem(golden: np.dtype, port: np.dtype) -> str:
+    """Why the port's dtype cannot stand for the golden's, or ""."""
+    numeric = "biuf"
+    if port.kind not in numeric:
+        what = {"V": "raw bytes", "c": "complex", "U": "text", "S": "bytes", "M": "dates"}
+        return f"port stores {port} ({what.get(port.kind, 'not numbers')}), golden {golden}"
+    if golden.kind == "f" and port.kind in "biu":
+        return f"port stores integers ({port}) where the golden holds {golden}"
+    return ""
+
+
+class _Stats:
+    """Running maxima over the chunks of one tensor."""
+
+    def __init__(self, rtol: float, atol: float) -> None:
+        self.rtol, self.atol = rtol, atol
+        self.max_abs = self.max_rel = self.worst_ratio = 0.0
+        self.n_bad = self.n_compared = 0
+        self.worst = -1
+        self.values = (math.nan, math.nan)
+
+    def add(self, g: np.ndarray, p: np.ndarray, at: int, mask: Optional[np.ndarray]) -> None:
+        g64, p64 = g.astype(np.float64), p.astype(np.float64)
+        index = None
+        if mask is not None:
+            index = np.flatnonzero(mask)
+            g64, p64 = g64[index], p64[index]
+        if not g64.size:
+            return
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # atol = rtol = 0
+            diff = np.subtract(p64, g64)
+            np.abs(diff, out=diff)
+            scale = np.abs(g64)
+            ratio = scale * self.rtol
+            ratio += self.atol
+            np.divide(diff, ratio, out=ratio)  # |port - golden| / tolerance
+            if np.isnan(ratio).any():  # NaN or inf somewhere, or 0 / 0 at a zero tolerance
+                same = (g64 == p64) | (np.isnan(g64) & np.isnan(p64))  # equal inf, shared NaN
+                diff[same] = 0.0
+                ratio[same] = 0.0
+                ratio[np.isnan(ratio)] = np.inf  # a NaN the golden file does not have
+            np.divide(diff, scale, out=scale, where=scale != 0)  # relative error, 0 at golden 0
+            self.max_rel = max(self.max_rel, float(np.max(scale)))
+        self.max_abs = max(self.max_abs, float(np.max(diff)))
+        self.n_bad += int(np.count_nonzero(ratio > 1.0))
+        self.n_compared += g64.size
+        i = int(np.argmax(ratio))
+        if self.worst < 0 or ratio[i] > self.worst_ratio:
+            self.worst_ratio = float(ratio[i])
+            self.worst = at + (i if index is None else int(index[i]))
+            self.values = (float(g64[i]), float(p64[i]))
+
+    def fill(self, row: TensorDiff, shape: tuple[int, ...]) -> None:
+        row.status = "diverged" if self.n_bad else "ok"
+        row.n_bad, row.n_compared = self.n_bad, self.n_compared
+        if self.n_compared:
+            row.max_abs, row.max_rel, row.tol_ratio = self.max_abs, self.max_rel, self.worst_ratio
+            row.worst = tuple(int(i) for i in np.unravel_index(self.worst, shape))
+            row.golden_value, row.port_value = self.values
+        else:
+            row.max_abs = row.max_rel = row.tol_ratio = 0.0
+
+
+def _growth(rows: list[TensorDiff]) -> None:
+    """Each compared tensor's /tol against the largest one before it (see GROWTH_FLOOR)."""
+    upstream = 0.0
+    for r in rows:
+        if r.status in ("ok", "diverged"):
+            with np.errstate(invalid="ignore"):
+                r.growth = (r.tol_ratio + GROWTH_FLOOR) / (upstream + GROWTH_FLOOR)
+            if math.isinf(upstream) and math.isinf(r.tol_ratio):
+                r.growth = 1.0
+            upstream = max(upstream, r.tol_ratio)
+
+
+def _born(rows: list[TensorDiff]) -> Optional[str]:
+    """Where the first failure's error is born: the tensor, at or before the first divergence,
+    whose /tol grows most over everything before it."""
+    failing = [i for i, r in enumerate(rows) if r.diverged]
+    if not failing:
+        return None
+    before = [r for r in rows[: failing[0] + 1] if not math.isnan(r.growth)]
+    if rows[failing[0]].status != "diverged" or not before:
+        return rows[failing[0]].name
+    return max(before, key=lambda r: r.growth).name
+
+
+def _allowed(allow: Iterable[str]) -> set[str]:
+    allow = {allow} if isinstance(allow, str) else set(allow)
+    if "all" in allow:
+        return set(CHECKED_KEYS)
+    unknown = allow - set(CHECKED_KEYS)
+    if unknown:
+        raise ValueError(
+            f"allow_mismatch takes {', '.join(CHECKED_KEYS)} or all, got {sorted(unknown)}"
+        )
+    return allow
+
+
+def _manifests(g: Source, p: Source, allowed: set[str]) -> tuple[list[str], list[str]]:
+    """(mismatches that fail the comparison, notes) from the two manifests."""
+    gm, pm = g.manifest, p.manifest
+    notes = []
+    if gm is not None:
+        ids = gm.get("ids") or [[]]
+        about = f"golden: model {gm.get('model')}, {gm.get('dtype')}, ids [{len(ids)}, "
+        about += f"{len(ids[0])}]" + (f", T_past {gm['T_past']}" if gm.get("T_past") else "")
+        about += f", pad {gm['pad']}" if gm.get("pad") else ""
+        about += f", weights sha256 {str(gm.get('weights_sha256'))[:16]}…"
+        notes.append(about)
+    if gm is None or pm is None:
+        if gm is not None and pm is None:
+            notes.append("port: no manifest, so its weights and inputs are not checked")
+        return [], notes
+    mismatches = []
+    for key in CHECKED_KEYS:
+        if key in gm and key in pm and gm[key] != pm[key]:
+            text = f"{key}: golden {_short(gm[key])}, port {_short(pm[key])}"
+            if key in allowed:
+                notes.append(f"allowed mismatch, {text}")
+            else:
+                mismatches.append(text + " (allow it with --allow-mismatch " + key + ")")
+    return mismatches, notes
+
+
+def _ignored(g: Source, p: Source) -> list[str]:
+    out = []
+    for side, s in (("golden", g), ("port", p)):
+        ignored = getattr(s, "ignored", [])
+        if ignored:
+            out.append(f"{side}: {len(ignored)} members that are not .npy ignored ({ignored[0]}…)")
+    return out
+
+
+def _short(x: Any, n: int = 40) -> str:
+    s = str(x)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _text(shape: tuple[int, ...]) -> str:
+    return str(list(shape)).replace(" ", "")

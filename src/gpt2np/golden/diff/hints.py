@@ -1,0 +1,184 @@
+"""What a failing tensor of the port equals instead: another golden tensor, a transpose, a scale,
+or raw 16-bit floats stored as integers.
+
+The classic port bugs leave such fingerprints: q and k swapped (the port's ``attn.q`` is the
+golden ``attn.k``), a cache laid out ``[B, T, H, Dh]`` instead of ``[B, H, T, Dh]`` (which slips
+past the shape check when T = H), HF's last ``hidden_states`` taken for the last block's output
+(it is ``ln_f``'s), a missing 1/√Dh (the scores are √Dh times too large), bfloat16 bits written
+as uint16. Each check streams the golden tensor in chunks against the port's tensor, read whole,
+and stops at the first chunk that disagrees.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from typing import Any, Optional
+
+import numpy as np
+
+from ..reader import CHUNK, Source
+from .report import TensorDiff
+from .tolerance import PRECISIONS
+from .visible import axes_of, chunk_size, visible
+
+__all__ = ["search"]
+
+_MAX_CANDIDATES = 48  # other golden tensors tried, nearest first
+_MAX_PERMUTATIONS = 24
+
+
+def search(row: TensorDiff, g: Source, p: Source, ctx: Any) -> list[str]:
+    """Hints for one failing tensor (``row``), as sentences."""
+    if row.status == "dtype":
+        return _sixteen_bits(row, g, p, ctx)
+    port = np.ascontiguousarray(p.read(row.name))
+    found = _equal_elsewhere(row.name, port, g, ctx)
+    if not found and port.shape == row.golden_shape:
+        found = _scaled(row.name, port, g, ctx)
+    return found
+
+
+def _equal_elsewhere(name: str, port: np.ndarray, g: Source, ctx: Any) -> list[str]:
+    for other in _candidates(name, port.size, g):
+        gh = g.header(other)
+        for perm in _permutations(gh.shape, port.shape):
+            if other == name and perm == tuple(range(port.ndim)):
+                continue  # that comparison is the one that failed
+            if _matches(g, other, port, perm, ctx):
+                return [_equal_text(name, other, perm, g)]
+    return []
+
+
+def _candidates(name: str, size: int, g: Source) -> list[str]:
+    """Golden tensors of ``size`` elements, ``name`` first, then by distance in forward order."""
+    order = {n: i for i, n in enumerate(g.names)}
+    same = [n for n in g.names if n != name and g.header(n).size == size]
+    same.sort(key=lambda n: abs(order[n] - order[name]))
+    return [name, *same][:_MAX_CANDIDATES]
+
+
+def _permutations(golden: tuple[int, ...], port: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Axis orders ``perm`` with ``golden.transpose(perm)`` shaped like ``port``, identity first."""
+    if len(golden) != len(port) or len(golden) > 6:
+        return []
+    found = [
+        perm
+        for perm in itertools.permutations(range(len(golden)))
+        if tuple(golden[i] for i in perm) == port
+    ]
+    return found[:_MAX_PERMUTATIONS]
+
+
+def _matches(g: Source, name: str, port: np.ndarray, perm: tuple[int, ...], ctx: Any) -> bool:
+    """port == golden[name].transpose(perm) within the tolerance (visible elements only)."""
+    gh = g.header(name)
+    axes = axes_of(name, g.axes(name), len(gh.shape))
+    flat = port.reshape(-1)
+    identity = perm == tuple(range(port.ndim))
+    at = 0
+    for chunk in g.chunks(name, chunk_size(gh.shape, CHUNK)):
+        where = np.arange(at, at + chunk.size)
+        if identity:
+            theirs = flat[at : at + chunk.size]
+        else:  # golden element j sits at port index (j[perm[0]], j[perm[1]], ...)
+            j = np.unravel_index(where, gh.shape)
+            theirs = flat[np.ravel_multi_index(tuple(j[k] for k in perm), port.shape)]
+        mask = visible(name, axes, gh.shape, ctx.T_past, ctx.pad, at, at + chunk.size)
+        if not _close(chunk, theirs, mask, ctx.rtol, ctx.atol):
+            return False
+        at += chunk.size
+    return at == port.size
+
+
+def _close(
+    g: np.ndarray, p: np.ndarray, mask: Optional[np.ndarray], rtol: float, atol: float
+) -> bool:
+    g64, p64 = g.astype(np.float64), p.astype(np.float64)
+    if mask is not None:
+        g64, p64 = g64[mask], p64[mask]
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok = (np.abs(p64 - g64) <= atol + rtol * np.abs(g64)) | (g64 == p64)
+        ok |= np.isnan(g64) & np.isnan(p64)
+    return bool(ok.all())
+
+
+def _equal_text(name: str, other: str, perm: tuple[int, ...], g: Source) -> str:
+    shape = g.header(other).shape
+    axes = axes_of(other, g.axes(other), len(shape))
+    text = f"port {name} equals golden {other}"
+    if perm != tuple(range(len(shape))):
+        layout = [axes[i] for i in perm] if axes else [shape[i] for i in perm]
+        before = axes if axes else list(shape)
+        text += (
+            f" transposed: the port's axes are [{', '.join(map(str, layout))}] where the golden "
+            f"has [{', '.join(map(str, before))}] (np.transpose(golden, {perm}))"
+        )
+    if other == "ln_f" and name.endswith(".out"):
+        text += "; HF's last hidden_states is ln_f's output, not the last block's"
+    if {re.sub(r"^h\d+\.", "", n) for n in (name, other)} == {"attn.q", "attn.k"}:
+        text += " (q and k swapped?)"
+    return text
+
+
+def _scaled(name: str, port: np.ndarray, g: Source, ctx: Any) -> list[str]:
+    """port ≈ c · golden for one constant c at least 5% from 1 (a missing or doubled scale, a
+    flipped sign)."""
+    gh = g.header(name)
+    axes = axes_of(name, g.axes(name), len(gh.shape))
+    flat, gg, gp, at = port.reshape(-1).astype(np.float64), 0.0, 0.0, 0
+    for chunk in g.chunks(name, chunk_size(gh.shape, CHUNK)):
+        mask = visible(name, axes, gh.shape, ctx.T_past, ctx.pad, at, at + chunk.size)
+        x, y = chunk.astype(np.float64), flat[at : at + chunk.size]
+        if mask is not None:
+            x, y = x[mask], y[mask]
+        gg, gp, at = gg + float(x @ x), gp + float(x @ y), at + chunk.size
+    if not (gg > 0 and gp != 0 and math.isfinite(gp)):
+        return []
+    c = gp / gg
+    if c > 0 and abs(math.log(c)) < 0.05:
+        return []  # within 5% of 1: rather an error that shrinks or grows the tensor a little
+    scaled = g.chunks(name, chunk_size(gh.shape, CHUNK))
+    at = 0
+    for chunk in scaled:
+        mask = visible(name, axes, gh.shape, ctx.T_past, ctx.pad, at, at + chunk.size)
+        if not _close(c * chunk.astype(np.float64), flat[at : at + chunk.size], mask,
+                      ctx.rtol, ctx.atol):  # fmt: skip
+            return []
+        at += chunk.size
+    text = f"port {name} equals golden {name} × {c:.6g}"
+    if ctx.hparams and ctx.hparams.get("n_head"):
+        d_head = ctx.hparams["n_embd"] // ctx.hparams["n_head"]
+        if math.isclose(c, math.sqrt(d_head), rel_tol=1e-3):
+            text += f" = √Dh (Dh = {d_head}): the 1/√Dh scale is missing?"
+        elif math.isclose(c, 1 / math.sqrt(d_head), rel_tol=1e-3):
+            text += f" = 1/√Dh (Dh = {d_head}): the scale applied twice?"
+    return [text]
+
+
+def _sixteen_bits(row: TensorDiff, g: Source, p: Source, ctx: Any) -> list[str]:
+    """A 2-byte integer (or raw) tensor where the golden holds floats: bfloat16 or float16 bits?"""
+    ph = p.header(row.name)
+    if ph.dtype.itemsize != 2 or ph.dtype.kind == "f" or ph.shape != row.golden_shape:
+        return []
+    for kind in ("bfloat16", "float16"):
+        rtol, atol = PRECISIONS[kind]
+        rtol, atol = max(rtol, ctx.rtol), max(atol, ctx.atol)
+        ok = True
+        port_chunks = p.chunks(row.name, CHUNK)
+        for chunk in g.chunks(row.name, CHUNK):
+            bits = np.ascontiguousarray(next(port_chunks)).view(np.uint16)
+            if kind == "bfloat16":
+                values = (bits.astype(np.uint32) << 16).view(np.float32)
+            else:
+                values = bits.view(np.float16)
+            if not _close(chunk, values, None, rtol, atol):
+                ok = False
+                break
+        if ok:
+            return [
+                f"port {row.name} holds raw {kind} bits as {ph.dtype}: read as {kind} they "
+                f"match within the {kind} preset; write floats (e.g. float32) instead"
+            ]
+    return [f"port {row.name} is {ph.dtype}: if these are bfloat16 or float16 bits, write floats"]

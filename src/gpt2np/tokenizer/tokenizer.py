@@ -1,0 +1,561 @@
+"""GPT-2's tokenizer: text <-> token ids, with tiktoken's interface and OpenAI's algorithm.
+
+>>> tok = Tokenizer()                  # the vocabulary bundled in gpt2np/data, no network
+>>> tok.encode("Hello world")
+[15496, 995]
+>>> tok.decode([15496, 995])
+'Hello world'
+
+The algorithm lives in :mod:`gpt2np.tokenizer.bpe` and the two vocabulary files in
+:mod:`gpt2np.tokenizer.vocab`
+(the bundled ones checked against pinned SHA-256 digests). This module adds special tokens, a
+bounded cache of encoded pieces, id checking, tiktoken's batch and per-token methods, and
+streaming both ways.
+
+Memory stays bounded on any input: a long text is pre-tokenised in parts of about
+:data:`PART_CHARS` characters, cut only where the pre-tokeniser always cuts (between a
+non-space and a space, :func:`gpt2np.tokenizer.bpe.split_text`), so the ids are those of the whole
+text;
+the piece cache holds at most :data:`CACHE_SIZE` entries beyond the vocabulary's own tokens.
+:meth:`Tokenizer.encode_stream` encodes an iterable of text chunks (a file) part by part
+without ever holding the whole text; :class:`StreamDecoder` turns ids into text as they come.
+
+Lone surrogates (``"\\ud800"``: a Python ``str`` may hold one, UTF-8 cannot encode it) are
+replaced by U+FFFD before encoding, and a high+low surrogate pair is read as the character it
+encodes — tiktoken's rule, so ids agree with tiktoken for every ``str``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import functools
+import itertools
+import os
+import pathlib
+from collections.abc import Collection, Iterable, Iterator, Sequence, Set
+from typing import Any, Callable, Literal, Union
+
+import numpy as np
+import regex
+
+from .bpe import MergeTable, bpe_fast, bytes_to_unicode, last_cut, pretokenize, split_text
+from .hf_json import read_tokenizer_json
+from .vocab import ENDOFTEXT, parse_vocabulary, read_vocabulary
+
+__all__ = [
+    "ENCODER_JSON_SHA256",
+    "VOCAB_BPE_SHA256",
+    "InvalidTokenError",
+    "StreamDecoder",
+    "Tokenizer",
+]
+
+#: SHA-256 of OpenAI's GPT-2 ``encoder.json`` and ``vocab.bpe`` (the same pins tiktoken uses).
+ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
+VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
+
+DATA_DIR = pathlib.Path(__file__).resolve().parent.parent / "data"
+
+# Encoded pieces are cached (English repeats the same words), within two bounds: CACHE_SIZE
+# pieces and CACHE_CHARS characters of pieces. When either is reached the cache starts afresh
+# and keeps the full one as an older generation, which refills it as its pieces come back: the
+# pieces still in use survive, and memory stays under twice the bounds. A piece longer than
+# CACHE_MAX_CHARS is not kept, so one huge piece cannot flush the rest.
+CACHE_SIZE = 1 << 16
+CACHE_CHARS = 1 << 20
+CACHE_MAX_CHARS = 1 << 10
+#: Characters pre-tokenised at a time (more, when no cut point comes sooner). Small parts keep
+#: a stray non-ASCII character from sending much text past the faster ASCII pattern.
+PART_CHARS = 1 << 11
+#: Characters read at a time from a file given to encode_stream.
+READ_CHARS = 1 << 16
+
+Ids = Union[Iterable[int], np.ndarray]
+SpecialSet = Union[Literal["all"], Collection[str]]
+
+
+class InvalidTokenError(ValueError, KeyError):
+    """A token id outside 0 … n_vocab - 1: a ValueError, and a KeyError as tiktoken raises."""
+
+    __str__ = ValueError.__str__  # KeyError's would quote the message
+
+
+class _PieceCache(dict[str, tuple[int, ...]]):
+    """piece -> its ids (a tuple); a missing piece is taken from the older generation or
+    encoded, and remembered. It starts from ``whole``, the pieces that are one token."""
+
+    def __init__(
+        self, whole: dict[str, tuple[int, ...]], encode: Callable[[str], tuple[int, ...]]
+    ) -> None:
+        super().__init__(whole)
+        self._whole, self._encode = whole, encode
+        self._older: dict[str, tuple[int, ...]] = {}
+        self._room, self._chars = CACHE_SIZE, CACHE_CHARS
+
+    def __missing__(self, piece: str) -> tuple[int, ...]:
+        ids = self._older.get(piece) or self._encode(piece)
+        if len(piece) <= CACHE_MAX_CHARS:
+            if self._room == 0 or self._chars < len(piece):
+                self._older = dict(self)
+                self.clear()
+                self.update(self._whole)
+                self._room, self._chars = CACHE_SIZE, CACHE_CHARS
+            self[piece] = ids
+            self._room -= 1
+            self._chars -= len(piece)
+        return ids
+
+
+class Tokenizer:
+    """GPT-2's byte-level BPE tokenizer (50257 tokens; ``<|endoftext|>`` = 50256)."""
+
+    def __init__(self) -> None:
+        """Load the bundled vocabulary, refusing files whose SHA-256 differs from the pins."""
+        self._load(
+            DATA_DIR / "encoder.json",
+            DATA_DIR / "vocab.bpe",
+            pins=(ENCODER_JSON_SHA256, VOCAB_BPE_SHA256),
+        )
+
+    @classmethod
+    def from_files(
+        cls, encoder_json: str | os.PathLike[str], vocab_bpe: str | os.PathLike[str]
+    ) -> Tokenizer:
+        """A tokenizer from a model directory's own ``encoder.json`` and ``vocab.bpe`` (or HF's
+        ``vocab.json`` and ``merges.txt``: the same formats). Their structure and consistency
+        are checked (CheckpointError naming the file); their digests are not pinned.
+        """
+        tok = cls.__new__(cls)
+        tok._load(pathlib.Path(encoder_json), pathlib.Path(vocab_bpe), pins=None)
+        return tok
+
+    @classmethod
+    def from_tokenizer_json(cls, path: str | os.PathLike[str]) -> Tokenizer:
+        """A tokenizer from HF tokenizers' ``tokenizer.json``, when it describes GPT-2's
+        byte-level BPE (else a CheckpointError saying what differs:
+        :mod:`gpt2np.tokenizer.hf_json`). Its vocabulary and merges are checked as
+        :meth:`from_files` checks ``vocab.json`` and ``merges.txt``."""
+        path = pathlib.Path(path)
+        encoder, merges = parse_vocabulary(*read_tokenizer_json(path), str(path), str(path))
+        tok = cls.__new__(cls)
+        tok._build(encoder, merges, digests=None, source=(str(path),), bundled=False)
+        return tok
+
+    def _load(
+        self, encoder_path: pathlib.Path, merges_path: pathlib.Path, pins: tuple[str, str] | None
+    ) -> None:
+        encoder, merges, digests = read_vocabulary(encoder_path, merges_path, pins)
+        source = (str(encoder_path), str(merges_path))
+        self._build(encoder, merges, digests, source, bundled=pins is not None)
+
+    def _build(
+        self,
+        encoder: dict[str, int],
+        merges: list[tuple[str, str]],
+        digests: tuple[str, str] | None,
+        source: tuple[str, ...],
+        bundled: bool,
+    ) -> None:
+        self._eot_token = encoder[ENDOFTEXT]
+        self._table = MergeTable.build(merges, encoder)
+        byte_to_symbol = bytes_to_unicode()
+        self._byte_ids = [encoder[byte_to_symbol[b]] for b in range(256)]
+        self._byte_table = bytes(self._byte_ids) if max(self._byte_ids) < 256 else None
+        # id -> bytes, for decoding. Special tokens decode to their own text, as in tiktoken.
+        to_latin1 = str.maketrans({s: chr(b) for b, s in byte_to_symbol.items()})
+        self._token_bytes = [b""] * len(encoder)
+        for token, i in encoder.items():
+            self._token_bytes[i] = token.translate(to_latin1).encode("latin-1")
+        self._token_bytes[self._eot_token] = ENDOFTEXT.encode("utf-8")
+        # GPT-2's vocabulary is closed under BPE: each token's own text encodes to that token
+        # alone (tests/test_tokenizer.py checks all 50256), so the cache can start with every
+        # token whose bytes are text. Other vocabularies need not be closed: no head start.
+        whole: dict[str, tuple[int, ...]] = {}
+        if digests == (ENCODER_JSON_SHA256, VOCAB_BPE_SHA256):
+            for i, data in enumerate(self._token_bytes):
+                text = data.decode("utf-8", errors="replace")
+                if i != self._eot_token and "\ufffd" not in text:
+                    whole[text] = (i,)
+        self._cache = _PieceCache(whole, self._encode_piece)
+        self._source = source
+        self._bundled = bundled
+
+    # -- properties -----------------------------------------------------------------------
+
+    @property
+    def n_vocab(self) -> int:
+        """Number of token ids (50257 for GPT-2): valid ids are 0 … n_vocab - 1."""
+        return len(self._token_bytes)
+
+    @property
+    def max_token_value(self) -> int:
+        """The largest token id, n_vocab - 1 (tiktoken's name)."""
+        return self.n_vocab - 1
+
+    @property
+    def eot_token(self) -> int:
+        """The id of ``<|endoftext|>`` (50256 for GPT-2)."""
+        return self._eot_token
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """Special-token text -> id: ``{"<|endoftext|>": 50256}``."""
+        return {ENDOFTEXT: self.eot_token}
+
+    @property
+    def special_tokens_set(self) -> set[str]:
+        """The special tokens' texts (tiktoken's name): ``{"<|endoftext|>"}``."""
+        return {ENDOFTEXT}
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The paths this vocabulary was read from: (encoder.json, vocab.bpe), HF's
+        (vocab.json, merges.txt), or (tokenizer.json,)."""
+        return self._source
+
+    def __repr__(self) -> str:
+        where = "bundled GPT-2 vocabulary" if self._bundled else f"files={self._source}"
+        return f"Tokenizer({where}, n_vocab={self.n_vocab}, eot_token={self.eot_token})"
+
+    # -- encoding -------------------------------------------------------------------------
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Token ids of ``text``, reading special-token text such as ``<|endoftext|>`` as
+        ordinary text (as OpenAI's encoder.py does). Lone surrogates are read as U+FFFD."""
+        _check_text(text)
+        return self._encode_ordinary(text)
+
+    def encode(
+        self,
+        text: str,
+        allowed_special: SpecialSet = (),
+        disallowed_special: SpecialSet = "all",
+    ) -> list[int]:
+        """Token ids of ``text``, with tiktoken's rules for special tokens.
+
+        ``allowed_special`` ("all" or a set): special tokens encoded as their single id.
+        ``disallowed_special`` ("all" = every special token not allowed, or a set of strings):
+        if the text contains one, ValueError naming it. Pass ``disallowed_special=()`` to read
+        special-token text as ordinary text, like :meth:`encode_ordinary`.
+        """
+        _check_text(text)
+        allowed, disallowed = self._specials(allowed_special, disallowed_special)
+        _refuse_disallowed(text, disallowed)
+        return self._encode_allowed(text, allowed)
+
+    def encode_ordinary_batch(
+        self, text: Sequence[str], *, num_threads: int = 8
+    ) -> list[list[int]]:
+        """:meth:`encode_ordinary` of each text. ``num_threads`` is accepted for tiktoken's
+        signature; encoding runs in this thread (pure Python would hold the GIL anyway)."""
+        return [self.encode_ordinary(t) for t in _check_batch(text, "text", num_threads)]
+
+    def encode_batch(
+        self,
+        text: Sequence[str],
+        *,
+        num_threads: int = 8,
+        allowed_special: SpecialSet = (),
+        disallowed_special: SpecialSet = "all",
+    ) -> list[list[int]]:
+        """:meth:`encode` of each text, with the same special-token rules; ValueError if any
+        text holds a disallowed special token. ``num_threads``: as in
+        :meth:`encode_ordinary_batch`.
+
+        >>> Tokenizer().encode_batch(["hello world", "goodbye world"])
+        [[31373, 995], [11274, 16390, 995]]
+        """
+        text = _check_batch(text, "text", num_threads)
+        allowed, disallowed = self._specials(allowed_special, disallowed_special)
+        for t in text:
+            _check_text(t)
+            _refuse_disallowed(t, disallowed)
+        return [self._encode_allowed(t, allowed) for t in text]
+
+    def encode_stream(
+        self,
+        chunks: Iterable[str],
+        *,
+        allowed_special: SpecialSet = (),
+        disallowed_special: SpecialSet = "all",
+    ) -> Iterator[list[int]]:
+        """Encode text that arrives in chunks (a text file, a generator of str) in bounded
+        memory: yields lists of ids whose concatenation is ``encode("".join(chunks))``.
+
+        A chunk may end anywhere, even inside a word: text is held back until a place where
+        the pre-tokeniser always cuts, then encoded about :data:`READ_CHARS` characters at a
+        time. A file object is read in blocks of that size, not by lines. Memory grows only
+        with the longest stretch of text without whitespace. A disallowed special token raises
+        ValueError when it is reached, after the ids before it have been yielded.
+
+        >>> with open("corpus.txt", encoding="utf-8") as f:          # doctest: +SKIP
+        ...     for ids in tok.encode_stream(f):
+        ...         np.asarray(ids, dtype=np.uint16).tofile(out)
+        """
+        if isinstance(chunks, (str, bytes)) or not (
+            isinstance(chunks, Iterable) or hasattr(chunks, "read")
+        ):
+            raise TypeError(
+                f"chunks must be an iterable of str or a text file, not {type(chunks).__name__}"
+                " (use encode() for one str)"
+            )
+        if hasattr(chunks, "read"):
+            chunks = iter(functools.partial(chunks.read, READ_CHARS), "")
+        allowed, disallowed = self._specials(allowed_special, disallowed_special)
+        return self._stream(chunks, allowed, disallowed)
+
+    def _stream(
+        self, chunks: Iterable[str], allowed: Set[str], disallowed: Set[str]
+    ) -> Iterator[list[int]]:
+        # Special tokens hold no whitespace, so none straddles a cut; a disallowed string given
+        # by the caller may: each part is checked together with the end of the one before.
+        overlap = max(map(len, disallowed), default=1) - 1
+        held: list[str] = []  # held[0]: text after the last cut, which holds no cut point
+        size = searched = 0
+        done = ""
+        for chunk in chunks:
+            _check_text(chunk, "each chunk")
+            held.append(chunk)
+            size += len(chunk)
+            if size < max(READ_CHARS, 2 * searched):  # doubling: no quadratic re-joining
+                continue
+            text = "".join(held)
+            cut = last_cut(text, max(searched - 1, 0))
+            if cut:
+                part, text = text[:cut], text[cut:]
+                if disallowed:
+                    _refuse_disallowed(done + part, disallowed)
+                    done = (done + part)[-overlap:] if overlap else ""
+                ids = self._encode_allowed(part, allowed)
+                if ids:
+                    yield ids
+            held, size, searched = [text], len(text), len(text)
+        text = "".join(held)
+        _refuse_disallowed(done + text, disallowed)
+        ids = self._encode_allowed(text, allowed)
+        if ids:
+            yield ids
+
+    def _specials(
+        self, allowed_special: SpecialSet, disallowed_special: SpecialSet
+    ) -> tuple[Set[str], Set[str]]:
+        special = self.special_tokens_set
+        allowed = special if allowed_special == "all" else _str_set(allowed_special, "allowed")
+        unknown = allowed - special
+        if unknown:
+            raise ValueError(
+                f"allowed_special names {sorted(unknown)}, which are not special tokens of this "
+                f"tokenizer (it has {sorted(special)})"
+            )
+        if disallowed_special == "all":
+            return allowed, special - allowed
+        return allowed, _str_set(disallowed_special, "disallowed")
+
+    def _encode_allowed(self, text: str, allowed: Set[str]) -> list[int]:
+        if not allowed:
+            return self._encode_ordinary(text)
+        ids: list[int] = []
+        start = 0
+        for match in _special_regex(frozenset(allowed)).finditer(text):
+            ids += self._encode_ordinary(text[start : match.start()])
+            ids.append(self.special_tokens[match.group()])
+            start = match.end()
+        return ids + self._encode_ordinary(text[start:])
+
+    def _encode_ordinary(self, text: str) -> list[int]:
+        # Pieces repeat (" the", ","), so most are cache hits: map and chain keep them in C.
+        lookup = self._cache.__getitem__
+        ids: list[int] = []
+        for part in split_text(text, PART_CHARS):
+            done = len(ids)
+            try:
+                ids += itertools.chain.from_iterable(map(lookup, pretokenize(part)))
+            except UnicodeEncodeError:  # lone surrogates: see the module docstring
+                del ids[done:]
+                part = _replace_surrogates(part)
+                ids += itertools.chain.from_iterable(map(lookup, pretokenize(part)))
+        return ids
+
+    def _encode_piece(self, piece: str) -> tuple[int, ...]:
+        """BPE of one pre-tokenised piece (the cache's miss handler)."""
+        if self._byte_table is not None:  # bytes -> their tokens' ids in one C call
+            ids = list(piece.encode().translate(self._byte_table))
+        else:
+            ids = list(map(self._byte_ids.__getitem__, piece.encode()))
+        return tuple(bpe_fast(ids, self._table))
+
+    # -- decoding -------------------------------------------------------------------------
+
+    def decode_bytes(self, ids: Ids) -> bytes:
+        """The bytes that ``ids`` stand for (a token may hold part of a UTF-8 character)."""
+        return b"".join(map(self._token_bytes.__getitem__, self._check_ids(ids)))
+
+    def decode(self, ids: Ids, errors: str = "replace") -> str:
+        """The text of ``ids``; bytes that are not valid UTF-8 become U+FFFD (or as
+        ``errors``, a codec error handler such as "strict", says)."""
+        if errors != "replace":
+            _check_errors(errors)
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    def decode_bytes_batch(self, batch: Iterable[Ids], *, num_threads: int = 8) -> list[bytes]:
+        """:meth:`decode_bytes` of each row of ``batch`` (``num_threads``: see
+        :meth:`encode_ordinary_batch`)."""
+        return [self.decode_bytes(ids) for ids in _check_batch(batch, "batch", num_threads)]
+
+    def decode_batch(
+        self, batch: Iterable[Ids], *, errors: str = "replace", num_threads: int = 8
+    ) -> list[str]:
+        """:meth:`decode` of each row of ``batch`` (lists of ids, or a 2-D integer array)."""
+        batch = _check_batch(batch, "batch", num_threads)
+        _check_errors(errors)
+        return [self.decode(ids, errors) for ids in batch]
+
+    def decode_single_token_bytes(self, token: int) -> bytes:
+        """The bytes of one token; special tokens give their text.
+
+        >>> Tokenizer().decode_single_token_bytes(31373)
+        b'hello'
+        """
+        return self.decode_tokens_bytes([token])[0]
+
+    def decode_tokens_bytes(self, tokens: Ids) -> list[bytes]:
+        """The bytes of each token, for showing how a text was cut.
+
+        >>> Tokenizer().decode_tokens_bytes([31373, 995])
+        [b'hello', b' world']
+        """
+        return list(map(self._token_bytes.__getitem__, self._check_ids(tokens)))
+
+    def decode_with_offsets(self, tokens: Ids) -> tuple[str, list[int]]:
+        """The text of ``tokens`` and, per token, the index of the character where it starts:
+        for a token that starts inside a character, that character. As in tiktoken, bytes that
+        are not valid UTF-8 raise UnicodeDecodeError (a ValueError).
+
+        >>> Tokenizer().decode_with_offsets([31373, 995])
+        ('hello world', [0, 5])
+        """
+        pieces = self.decode_tokens_bytes(tokens)
+        offsets, chars = [], 0
+        for piece in pieces:
+            continuation = sum(0x80 <= byte < 0xC0 for byte in piece)  # UTF-8's 10xxxxxx
+            offsets.append(max(0, chars - (0x80 <= piece[0] < 0xC0)))
+            chars += len(piece) - continuation
+        return b"".join(pieces).decode("utf-8", errors="strict"), offsets
+
+    def token_byte_values(self) -> list[bytes]:
+        """Every ordinary token's bytes, sorted (special tokens excluded), as tiktoken's."""
+        return sorted(b for i, b in enumerate(self._token_bytes) if i != self._eot_token)
+
+    def stream_decoder(self) -> StreamDecoder:
+        """A decoder that turns ids into text as they arrive (see :class:`StreamDecoder`)."""
+        return StreamDecoder(self)
+
+    def _check_ids(self, ids: Ids) -> list[int]:
+        """``ids`` (list, tuple, or 1-D integer array) as a list of ints in [0, n_vocab)."""
+        n = self.n_vocab
+        if isinstance(ids, np.ndarray):
+            if ids.ndim != 1:
+                raise ValueError(f"ids must be 1-D, got an array of shape {ids.shape}")
+            if ids.dtype.kind not in "iu":
+                raise TypeError(f"ids must be integers, got an array of dtype {ids.dtype}")
+            bad = ids[(ids < 0) | (ids >= n)]
+            if bad.size:
+                raise InvalidTokenError(f"token id {int(bad[0])} is out of range [0, {n})")
+            as_ints: list[int] = ids.tolist()
+            return as_ints
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+            raise TypeError(f"ids must be a sequence of ints, not {type(ids).__name__}")
+        checked = []
+        for i in ids:
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)):
+                raise TypeError(f"token id {i!r} is not an int")
+            if not 0 <= i < n:
+                raise InvalidTokenError(f"token id {i} is out of range [0, {n})")
+            checked.append(int(i))
+        return checked
+
+
+class StreamDecoder:
+    """Ids in, text out, one piece at a time, never emitting half a UTF-8 character.
+
+    A token may end inside a multi-byte character (an emoji is often 2-3 tokens), so
+    :meth:`feed` returns only the complete characters and keeps the incomplete tail;
+    :meth:`flush` returns the rest. Joined output equals ``tokenizer.decode(all_ids)`` —
+    also for invalid UTF-8, because Python's incremental UTF-8 decoder replaces a byte
+    sequence with U+FFFD exactly when ``bytes.decode(errors="replace")`` would.
+    After :meth:`flush` the decoder starts afresh.
+    """
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, ids: int | Ids) -> str:
+        """Add one id or several; return the text completed by them (maybe "")."""
+        if isinstance(ids, (int, np.integer)) or (isinstance(ids, np.ndarray) and ids.ndim == 0):
+            ids = [ids.item() if isinstance(ids, np.ndarray) else ids]
+        return self._utf8.decode(self._tokenizer.decode_bytes(ids), final=False)
+
+    def flush(self) -> str:
+        """The buffered tail (U+FFFD for an incomplete character), and reset."""
+        return self._utf8.decode(b"", final=True)
+
+
+def _check_text(text: object, what: str = "text") -> None:
+    if not isinstance(text, str):
+        raise TypeError(f"{what} must be a str, not {type(text).__name__}")
+
+
+def _check_batch(batch: object, what: str, num_threads: object) -> list[Any]:
+    """``batch`` as a list (it may be an iterator), after checking it and ``num_threads``."""
+    if isinstance(batch, (str, bytes)) or not isinstance(batch, Iterable):
+        raise TypeError(f"{what} must be a list, not {type(batch).__name__}")
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int):
+        raise TypeError(f"num_threads must be an int, not {type(num_threads).__name__}")
+    if num_threads < 1:
+        raise ValueError(f"num_threads must be at least 1, got {num_threads}")
+    return list(batch)
+
+
+def _check_errors(errors: object) -> None:
+    if isinstance(errors, str):
+        try:
+            codecs.lookup_error(errors)
+            return
+        except LookupError:
+            pass
+    raise ValueError(
+        f"errors={errors!r} is not a codec error handler ('replace', 'strict', 'ignore', …)"
+    )
+
+
+def _str_set(value: object, name: str) -> Set[str]:
+    if (
+        isinstance(value, (str, bytes))
+        or not isinstance(value, Iterable)
+        or not all(isinstance(s, str) for s in value)
+    ):
+        raise TypeError(f'{name}_special must be "all" or a collection of str, not {value!r}')
+    return frozenset(value)
+
+
+def _refuse_disallowed(text: str, disallowed: Set[str]) -> None:
+    found = disallowed and _special_regex(frozenset(disallowed)).search(text)
+    if found:
+        raise ValueError(
+            f"text contains the special token {found.group()!r}, which is disallowed: "
+            f"pass allowed_special={{{found.group()!r}}} to encode it as a special token, "
+            "or disallowed_special=() to encode it as ordinary text"
+        )
+
+
+@functools.lru_cache(maxsize=16)
+def _special_regex(tokens: frozenset[str]) -> regex.Pattern[str]:
+    """Matches any of ``tokens`` (longest first, so one token's prefix never wins)."""
+    return regex.compile("|".join(regex.escape(t) for t in sorted(tokens, key=len, reverse=True)))
+
+
+def _replace_surrogates(text: str) -> str:
+    """Pair up surrogate halves where possible and turn the lone ones into U+FFFD (tiktoken's
+    rule: UTF-16 lets a surrogate pair through and "replace" handles the strays)."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
