@@ -13,6 +13,7 @@ import pytest
 
 import gpt2np
 import gpt2np.cli.app as cli
+import gpt2np.cli.text as cli_text
 from gpt2np import save
 from gpt2np.generation.loop import generate
 from gpt2np.scoring.logprobs import score
@@ -215,7 +216,7 @@ def test_interrupt_and_subcommands_in_process(monkeypatch, capsys):
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "run_tokenize", interrupted)
+    monkeypatch.setattr(cli_text, "run_tokenize", interrupted)
     monkeypatch.delenv("GPT2NP_DEBUG", raising=False)
     assert cli.main(["tokenize", "x"]) == 130
     assert capsys.readouterr().err.strip() == "gpt2np: error: interrupted"

@@ -19,6 +19,7 @@ import tqdm.auto
 
 import gpt2np
 import gpt2np.cli.app as cli
+import gpt2np.cli.text as cli_text
 import gpt2np.generation.loop
 from gpt2np.checkpoint import conversion_cache as cache
 from gpt2np.checkpoint import tf_bundle
@@ -230,8 +231,8 @@ def test_cli_score_and_download_pass_quiet_on(tiny_model, monkeypatch) -> None:
     assert cli.main(["download", "124M", "-q"]) == 0
     assert [c["progress"] for c in calls] == [True, False]
 
-    monkeypatch.setattr(cli, "load_model", lambda name, *args, **kw: tiny_model)
-    monkeypatch.setattr(cli, "_read_utf8", lambda file: "ignored")
+    monkeypatch.setattr(cli_text, "load_model", lambda name, *args, **kw: tiny_model)
+    monkeypatch.setattr(cli_text, "read_utf8", lambda file: "ignored")
     scored = []
 
     def score(model, text, **kwargs):

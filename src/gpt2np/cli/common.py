@@ -6,11 +6,28 @@ parser and most subcommands, ``cli_trace.py`` dump and compare; both import this
 from __future__ import annotations
 
 import argparse
+import pathlib
 import re
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
-__all__ = ["load_model", "parse_ids", "progress_of", "read_stdin_text"]
+__all__ = [
+    "add_model_args",
+    "finite_float",
+    "load_model",
+    "nonneg_int",
+    "parse_as",
+    "parse_ids",
+    "pos_float",
+    "pos_int",
+    "progress_of",
+    "read_stdin_text",
+    "read_utf8",
+    "temperature",
+    "top_p",
+]
+
+T = TypeVar("T")
 
 # The list formats the API prints: Python's [15496, 995], NumPy's [15496   995] and its repr
 # array([15496, 995]) (with or without ", dtype=int64"), each perhaps wrapped in one more [...].
@@ -85,3 +102,85 @@ def load_model(
     from ..api import load
 
     return load(name_or_dir, dtype=dtype, revision=revision, progress=progress)
+
+
+# -- flag types: argparse turns an ArgumentTypeError into "argument --x: message" -----------------
+
+
+def nonneg_int(text: str) -> int:
+    value = parse_as(int, text, "an integer")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def pos_int(text: str) -> int:
+    value = parse_as(int, text, "an integer")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def temperature(text: str) -> float:
+    value = parse_as(float, text, "a number")
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (0 is greedy), got {text}")
+    return value
+
+
+def top_p(text: str) -> float:
+    value = parse_as(float, text, "a number")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1] (1 is off), got {text}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    value = parse_as(float, text, "a number")
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def pos_float(text: str) -> float:
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def parse_as(kind: Callable[[str], T], text: str, what: str) -> T:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+
+
+def add_model_args(p: argparse.ArgumentParser, dtype: bool = True) -> None:
+    p.add_argument(
+        "--model",
+        default="124M",
+        metavar="NAME_OR_DIR",
+        help="published name (124M, 355M, 774M, 1558M, or HF's gpt2, gpt2-medium, gpt2-large, "
+        "gpt2-xl; downloaded on first use), a model directory (OpenAI's release, or HF "
+        "config.json + model.safetensors), or a Hugging Face Hub repo id (org/name, or "
+        "hf:name; an existing path wins); default 124M",
+    )
+    p.add_argument("--revision", help="the Hub repo's branch, tag or commit (default main)")
+    if dtype:
+        p.add_argument(
+            "--dtype", choices=["float32", "float64"], help="compute dtype (default float32)"
+        )
+
+
+def read_utf8(file: str) -> str:
+    """FILE (or stdin for "-") as strict UTF-8, byte for byte (see :func:`read_stdin_text`)."""
+    if file == "-":
+        return read_stdin_text(strip_newline=False)
+    data = pathlib.Path(file).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{file}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
+        ) from None

@@ -1,0 +1,123 @@
+"""``gpt2np download``, ``convert`` and ``info``: fetch a release, write HF's format, describe
+a model."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+from typing import Any
+
+from .common import add_model_args, load_model, progress_of
+
+__all__ = ["add_parsers", "run_convert", "run_download", "run_info"]
+
+
+def add_parsers(sub: Any) -> None:
+    _add_download(sub)
+    _add_convert(sub)
+    _add_info(sub)
+
+
+def _add_download(sub: Any) -> None:
+    p = sub.add_parser("download", help="fetch OpenAI's release files of a model size")
+    p.add_argument(
+        "name", metavar="NAME", help="124M, 355M, 774M or 1558M (or gpt2, gpt2-medium, ...)"
+    )
+    p.add_argument("--models-dir", help="parent directory (default $GPT2NP_HOME/models)")
+    p.add_argument("--base-url", help="download base (default $GPT2NP_BASE_URL or OpenAI's)")
+    p.set_defaults(func=run_download)
+
+
+def run_download(args: argparse.Namespace) -> int:
+    from ..sources.openai import download
+
+    progress = progress_of(args)
+    print(
+        download(args.name, models_dir=args.models_dir, base_url=args.base_url, progress=progress)
+    )
+    return 0
+
+
+def _add_convert(sub: Any) -> None:
+    p = sub.add_parser(
+        "convert",
+        help="write a model as HF config.json + model.safetensors",
+        description="Load SRC (a published name or a directory) and write DST/config.json and "
+        "DST/model.safetensors, loadable by gpt2np and by HF transformers.",
+    )
+    p.add_argument("src", metavar="SRC")
+    p.add_argument("dst", metavar="DST")
+    p.add_argument("--revision", help="SRC's branch, tag or commit when it is a Hub repo id")
+    p.add_argument("--dtype", choices=["float32", "float64"], help="cast the weights")
+    p.set_defaults(func=run_convert)
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    from ..api import save
+
+    model = load_model(args.src, args.dtype, args.revision, progress_of(args))
+    save(model, args.dst)
+    print(f"wrote {os.path.join(args.dst, 'config.json')} and model.safetensors ({model!r})")
+    return 0
+
+
+def _add_info(sub: Any) -> None:
+    p = sub.add_parser(
+        "info",
+        help="hparams, parameter count, dtype and where the files are",
+        description="Describe a model. A published name that is not downloaded yet is "
+        "described from its published hparams, without downloading.",
+    )
+    add_model_args(p, dtype=False)
+    p.set_defaults(func=run_info)
+
+
+def run_info(args: argparse.Namespace) -> int:
+    from ..checkpoint.conversion_cache import default_cache_dir
+    from ..hparams import HPARAMS
+    from ..sources.openai import KNOWN_NAMES, missing_files, model_dir, resolve_name
+
+    path = pathlib.Path(args.model).expanduser()
+    source, text_use = None, None
+    if path.exists() or args.model not in KNOWN_NAMES:  # a directory, or a Hub repo
+        model = load_model(args.model, None, args.revision, progress_of(args))
+        hparams, dtype, source = model.hparams, str(model.dtype), model.source
+        where = str(path.resolve()) if source is None else f"{source.repo} at {source.commit}"
+        text_use = _text_use(model)
+    else:
+        name = resolve_name(args.model)  # ValueError naming the known names
+        directory = model_dir(name)
+        present = not missing_files(directory)
+        hparams, dtype = HPARAMS[name], "float32 (as released)"
+        where = f"{directory}" + ("" if present else " (not downloaded)")
+    print(f"model       {args.model}")
+    if source is not None:
+        print(f"revision    {source.revision} -> commit {source.commit}")
+        if source.offline:
+            print(f"offline     {source.offline}")
+    print(f"files       {where}")
+    if source is not None:
+        for name, file in source.files.items():
+            mark = " (huggingface_hub's cache)" if name in source.hf_cache else ""
+            print(f"  {name:<34} {file}{mark}")
+    print(f"cache       {default_cache_dir()}")
+    for key, value in hparams.to_dict().items():
+        print(f"{key:<11} {value}")
+    print(f"parameters  {hparams.n_params:,}")
+    print(f"dtype       {dtype}")
+    if text_use is not None:
+        print(f"text        {text_use}")
+    return 0
+
+
+def _text_use(model: Any) -> str:
+    """Whether the model's tokenizer can encode text, and if not, why."""
+    from ..errors import CheckpointError
+
+    try:
+        tokenizer = model.tokenizer
+    except (CheckpointError, ValueError) as e:
+        return "no: " + " ".join(str(e).split()) + " (token ids work)"
+    files = ", ".join(getattr(tokenizer, "files", ()))
+    return f"yes ({files or 'GPT-2 bundled vocabulary'}; eot {model.eot_token})"
