@@ -32,7 +32,6 @@ import json
 import os
 import secrets
 import shutil
-import tempfile
 import time
 from typing import Any
 
@@ -41,6 +40,7 @@ import numpy as np
 from ..errors import CheckpointError, warn
 from ..hparams import HParams
 from ..params import expected_shapes
+from ..support.atomic import write_bytes
 from ..support.bounded_read import read_json_file
 from ..support.paths import home_dir
 from ..support.progress import tqdm
@@ -358,18 +358,7 @@ def _write_converted(path: str, flat: dict[str, np.ndarray], body: dict[str, Any
 
 
 def _write_json(path: str, value: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
-                               dir=os.path.dirname(path))  # fmt: skip
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(value, f, separators=(",", ":"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_bytes(path, json.dumps(value, separators=(",", ":")))
 
 
 def _tidy(cache_dir: str) -> None:

@@ -19,13 +19,13 @@ import contextlib
 import json
 import math
 import os
-import secrets
 import struct
 from typing import Any
 
 import numpy as np
 
 from ..errors import CheckpointError
+from ..support.atomic import atomic_write
 
 __all__ = ["header_bytes", "read_safetensors", "read_safetensors_header", "write_safetensors"]
 
@@ -219,33 +219,9 @@ def write_safetensors(
         }
         offset += a.nbytes
     blob = header_bytes(header)
-    fd, tmp = _create_beside(path)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-            for name in order:
-                a = arrays[name]
-                a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
-                f.write(a.reshape(-1).data.cast("B"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def _create_beside(path: str) -> tuple[int, str]:
-    """A new temporary file in ``path``'s directory, opened for writing, with the mode any new
-    file gets (0666 less the umask): ``tempfile.mkstemp``'s 0600 would stay with the file once
-    it is renamed to ``path``, where a file the user saves should be as readable as any other."""
-    directory, name = os.path.split(os.path.abspath(path))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    for _ in range(100):
-        tmp = os.path.join(directory, f"{name}.{secrets.token_hex(6)}.tmp")
-        try:
-            return os.open(tmp, flags, 0o666), tmp
-        except FileExistsError:  # 48 random bits: only a clash with a leftover, so try again
-            continue
-    raise FileExistsError(f"could not create a temporary file beside {path}")
+    with atomic_write(path, "wb") as f:
+        f.write(blob)
+        for name in order:
+            a = arrays[name]
+            a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
+            f.write(a.reshape(-1).data.cast("B"))

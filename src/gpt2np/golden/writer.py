@@ -15,14 +15,13 @@ import errno
 import json
 import os
 import pathlib
-import secrets
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import numpy as np
 
 from .._version import __version__
 from ..model import forward
-from ..support.paths import fsync_dir
+from ..support.atomic import atomic_write
 from .inputs import Batch, batch_of
 from .manifest import FORMAT, FORMAT_VERSION, MANIFEST_KEY, weights_sha256
 from .npy import ALIGN, header_bytes
@@ -238,26 +237,15 @@ def _write_atomically(
         raise ValueError(f"{path} is a directory; give the golden file's name, e.g. golden.npz")
     if not path.parent.is_dir():
         raise ValueError(f"cannot write {path}: directory {path.parent} does not exist")
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
-    # 0o666 and the process umask, as open() gives any new file (mkstemp would make it 0600)
-    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    try:
-        with os.fdopen(fd, "r+b") as f:
-            z, raw = _fix_layout(f, manifest, layout)
-            _reserve(f, z.end)
-            out = _Out(z, layout)
-            z.write(MANIFEST_KEY + ".npy", 0, header_bytes(np.uint8, (len(raw),)) + raw)
-            for name, header in out.headers.items():
-                z.write(name + ".npy", 0, header)
-            produce(out)
-            z.finish()
-            os.fsync(f.fileno())
-        _verify(tmp, manifest)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    with atomic_write(path, "w+b", verify=lambda tmp: _verify(tmp, manifest)) as f:
+        z, raw = _fix_layout(f, manifest, layout)
+        _reserve(f, z.end)
+        out = _Out(z, layout)
+        z.write(MANIFEST_KEY + ".npy", 0, header_bytes(np.uint8, (len(raw),)) + raw)
+        for name, header in out.headers.items():
+            z.write(name + ".npy", 0, header)
+        produce(out)
+        z.finish()
 
 
 def _fix_layout(

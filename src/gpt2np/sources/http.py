@@ -58,6 +58,7 @@ from typing import Any, Callable, Optional
 import requests
 
 from ..errors import DownloadError
+from ..support.atomic import write_bytes
 from ..support.paths import fsync_dir
 from ..support.progress import tqdm
 
@@ -487,6 +488,4 @@ def _read_json(path: pathlib.Path) -> dict[str, Any]:
 
 
 def _write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+    write_bytes(path, json.dumps(value, indent=1))

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from ..checkpoint.hf import shard_names
 from ..errors import DownloadError
+from ..support.atomic import write_bytes
 from . import http as _fetch
 
 CONFIG = "config.json"
@@ -167,9 +168,7 @@ def _write_ref(ours: pathlib.Path, revision: str, commit: str) -> None:
     try:
         path = ours / "refs" / revision
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(commit, encoding="utf-8")
-        os.replace(tmp, path)
+        write_bytes(path, commit)
     except OSError:
         pass  # the snapshot is there; only the offline name -> commit lookup is lost
 
@@ -183,6 +182,4 @@ def _read_json(path: pathlib.Path) -> dict[str, Any]:
 
 
 def _write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(value, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+    write_bytes(path, json.dumps(value, indent=1))

@@ -51,6 +51,7 @@ from typing import Any, Optional, Union
 
 from .. import hparams as _hparams
 from ..errors import CheckpointError, DownloadError
+from ..support.atomic import write_bytes
 from ..support.paths import fsync_dir, home_dir
 from ..support.progress import show_progress, tqdm
 from ..tokenizer.tokenizer import ENCODER_JSON_SHA256, VOCAB_BPE_SHA256
@@ -344,7 +345,7 @@ def _install(
         with contextlib.suppress(OSError):  # empty now? Then it can appear whole, as below
             directory.rmdir()
     if not directory.exists():
-        _write_atomic(staging / MANIFEST, manifest)
+        write_bytes(staging / MANIFEST, manifest)
         try:
             os.rename(staging, directory)  # the model appears whole, or not at all
             fsync_dir(directory.parent)
@@ -357,7 +358,7 @@ def _install(
     for stale in leftovers:
         (directory / stale).unlink(missing_ok=True)
     fsync_dir(directory)
-    _write_atomic(directory / MANIFEST, manifest)
+    write_bytes(directory / MANIFEST, manifest)
     shutil.rmtree(staging, ignore_errors=True)
 
 
@@ -368,15 +369,6 @@ def _offline_help(error: str, name: str, directory: pathlib.Path, base: str) -> 
         f"({', '.join(sorted(MODEL_FILES))}) from another machine into {directory}{os.sep} "
         f"(they are served at {base}/{name}/<file>), then call again: they are verified offline."
     )
-
-
-def _write_atomic(path: pathlib.Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class _Lock:
