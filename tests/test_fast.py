@@ -7,10 +7,11 @@ import pytest
 
 import gpt2np
 from gpt2np.attention import causal_mask
-from gpt2np.fast.kernels import CLEAR, FAST, gelu_inplace, gelu_rows, head_few_rows
+from gpt2np.fast.gelu import gelu_inplace, gelu_rows
+from gpt2np.fast.head import head_few_rows
+from gpt2np.fast.kernels import CLEAR, FAST
 from gpt2np.fast.layernorm import layernorm_rows
-from gpt2np.layers import gelu, layernorm
-from gpt2np.model import head
+from gpt2np.layers import gelu, head, layernorm
 
 
 def test_fast_model_equals_clear_model(tiny_hparams) -> None:
@@ -91,7 +92,7 @@ def test_each_fast_kernel_computes_what_its_clear_twin_computes() -> None:
     g, b = rng.standard_normal((2, 32)).astype(np.float32)
     inputs = {
         "attend": lambda: (q, k, v, causal_mask(9)),
-        "act": lambda: (u.copy(),),  # fresh each time: the fast act may overwrite its argument
+        "act": lambda: (u.copy(), "gelu_new"),  # fresh each time: the fast act may overwrite it
         "head": lambda: (h, wte.astype(np.float32)),
         "norm": lambda: (u, g, b),
     }
@@ -107,21 +108,20 @@ def _refuse(u: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("act", ["gelu", "relu", "silu", "swish", "gelu_new", "gelu_pytorch_tanh"])
-def test_the_gelu_kernel_runs_only_for_the_tanh_gelu(act: str) -> None:
-    """FAST's gelu_inplace computes GPT-2's tanh GELU only: a model with another activation
-    must run the clear activation, never the kernel (here one that refuses to run)."""
-    from gpt2np.fast.kernels import Kernels
-    from gpt2np.fast.kvcache import KVCache, forward_cached
+def test_the_gelu_kernel_runs_only_for_the_tanh_gelu(monkeypatch, act: str) -> None:
+    """FAST's gelu_rows computes GPT-2's tanh GELU only: a model with another activation must
+    run the clear activation, never the kernel (here one that refuses to run)."""
+    from gpt2np.fast import gelu as fast_gelu
 
+    monkeypatch.setattr(fast_gelu, "gelu_rows", _refuse)
     h = gpt2np.HParams(n_vocab=11, n_ctx=8, n_embd=8, n_head=2, n_layer=2, activation_function=act)
     params = gpt2np.init_params(h, seed=0, std=0.3)
-    refusing = Kernels(FAST.attend, _refuse, FAST.head, FAST.norm)
     ids = np.array([[1, 2, 3, 4]])
     if act in ("gelu_new", "gelu_pytorch_tanh"):
         with pytest.raises(AssertionError, match="tanh-GELU kernel ran"):
-            forward_cached(params, h, ids, KVCache(h, 1), kernels=refusing)
+            gpt2np.forward(params, h, ids, kernels=FAST)
         return
-    got = forward_cached(params, h, ids, KVCache(h, 1), kernels=refusing)
+    got, _ = gpt2np.forward(params, h, ids, kernels=FAST)
     want, _ = gpt2np.forward(params, h, ids)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
@@ -129,7 +129,7 @@ def test_the_gelu_kernel_runs_only_for_the_tanh_gelu(act: str) -> None:
 @pytest.fixture
 def rows_threaded(monkeypatch):
     """Row kernels share even small inputs out among 3 threads."""
-    from gpt2np.fast import layernorm as fast_rows
+    from gpt2np.fast import threads as fast_rows
     from gpt2np.fast import threads as parallel
 
     monkeypatch.setattr(fast_rows, "THREADED_NUMBERS", 0)

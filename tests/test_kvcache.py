@@ -1,8 +1,9 @@
-"""The in-place cache path equals the clear forward pass it stands beside, and its cache behaves.
+"""The in-place cache plugged into the forward pass equals OpenAI's functional past, and the
+cache behaves.
 
-The clear path (gpt2np.forward) concatenates the past and returns the new keys and values; the
-cached path (gpt2np.fast.kvcache) writes them into one preallocated buffer. Every test here compares
-the two, or the cache's bookkeeping against what a row alone would give.
+gpt2np.forward with an array as ``past`` concatenates it and returns the new keys and values;
+with a KVCache (gpt2np.fast.kvcache) as ``past`` it writes them into one preallocated buffer.
+Every test here compares the two, or the cache's bookkeeping against what a row alone would give.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 import gpt2np
 from gpt2np.fast.kernels import CLEAR, FAST
-from gpt2np.fast.kvcache import KVCache, forward_cached, forward_via_cache
+from gpt2np.fast.kvcache import KVCache
 from gpt2np.model import forward
 
 #: float32, logits of order 1: chunking a pass changes the products' shapes and so their
@@ -22,6 +23,13 @@ from gpt2np.model import forward
 TOL = 2e-5
 HP = gpt2np.HParams(n_vocab=97, n_ctx=32, n_embd=24, n_head=3, n_layer=2)
 PARAMS = gpt2np.init_params(HP, seed=1, std=0.2)
+
+
+def forward_cached(params, hp, ids, cache, kernels=FAST, last_only=False) -> np.ndarray:
+    """The logits of forward() with the cache as its past (what GPT2.forward_cached runs)."""
+    logits, returned = forward(params, hp, ids, cache, kernels=kernels, last_only=last_only)
+    assert returned is cache
+    return logits
 
 
 @pytest.fixture(scope="module")
@@ -54,21 +62,34 @@ def test_chunked_cached_pass_equals_one_clear_pass(kernels, chunks, batch, seed)
     assert not cache.kv[..., T:, :].any()  # nothing written past the filled part
 
 
-@pytest.mark.parametrize("kernels", [CLEAR, FAST], ids=["CLEAR", "FAST"])
 @pytest.mark.parametrize("T_past", [0, 5])
-def test_forward_via_cache_equals_forward(tiny, kernels, T_past) -> None:
+def test_fast_kernels_with_a_functional_past_equal_the_clear_ones(tiny, T_past) -> None:
     hp, params = tiny
     ids = np.random.default_rng(T_past).integers(0, hp.n_vocab, (2, 9))
     past = None
     if T_past:
         _, past = forward(params, hp, np.random.default_rng(7).integers(0, hp.n_vocab, (2, T_past)))
     expected = forward(params, hp, ids, past)
-    got = forward_via_cache(params, hp, ids, past, kernels)
+    got = forward(params, hp, ids, past, kernels=FAST)
     for g, e in zip(got, expected):
         assert g.shape == e.shape and g.dtype == e.dtype
         np.testing.assert_allclose(g, e, rtol=TOL, atol=TOL)
-    if past is not None:  # present must not keep the buffer (and its copy of the past) alive
-        assert got[1].base is None or got[1].base.size == got[1].size
+
+
+def test_a_one_pass_cache_gives_the_same_hidden_states_with_one_layers_memory(tiny) -> None:
+    """Scoring's cache: every block writes into the same buffer (a block reads its keys and
+    values only while it runs), and the pass equals one with a full cache."""
+    hp, params = tiny
+    ids = np.random.default_rng(4).integers(0, hp.n_vocab, (2, 8))
+    one = KVCache(hp, 2, 8, pad=[0, 3], one_pass=True)
+    full = KVCache(hp, 2, 8, pad=[0, 3])
+    assert one.kv.shape[0] == 1 and full.kv.shape[0] == hp.n_layer
+    h_one, _ = forward(params, hp, ids, one, logits=False)
+    h_full, _ = forward(params, hp, ids, full, logits=False)
+    np.testing.assert_array_equal(h_one, h_full)
+    assert h_one.shape == (2, 8, hp.n_embd)
+    with pytest.raises(ValueError, match="one_pass cache keeps no layer"):
+        one.present()
 
 
 def test_last_only_is_the_last_position_of_the_full_head(tiny) -> None:

@@ -278,3 +278,56 @@ def test_tokenizer_needs_gpt2_vocab(tiny_model) -> None:
 
 def test_repr(tiny_model) -> None:
     assert "n_layer=2" in repr(tiny_model) and "float32" in repr(tiny_model)
+
+
+def test_every_use_runs_the_one_composition(tiny_model, monkeypatch, tmp_path) -> None:
+    """GPT2.forward (fast and clear), forward_cached, generation, scoring, tracing and dump all
+    run gpt2np.model.forward's blocks: the path that runs is the path that is taught."""
+    import gpt2np.model
+
+    calls = []
+    real = gpt2np.model.block
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["kernels"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(gpt2np.model, "block", counting)
+    L = tiny_model.hparams.n_layer
+    clear = gpt2np.GPT2(tiny_model.hparams, tiny_model.params, fast=False)
+    uses = {
+        "forward": lambda: tiny_model.forward([[1, 2, 3]]),
+        "forward (clear)": lambda: clear.forward([[1, 2, 3]]),
+        "forward_cached": lambda: tiny_model.forward_cached([[1, 2]], tiny_model.new_cache(1)),
+        "generate": lambda: tiny_model.generate([1, 2], 3, temperature=0),
+        "score": lambda: tiny_model.score([1, 2, 3, 4]),
+        "score (batch)": lambda: tiny_model.score([[1, 2, 3], [4, 5, 6, 7]]),
+        "trace": lambda: gpt2np.trace(tiny_model, [[1, 2, 3]]),
+        "dump": lambda: gpt2np.dump(tiny_model, [[1, 2, 3]], tmp_path / "g.npz"),
+    }
+    for name, use in uses.items():
+        calls.clear()
+        use()
+        assert calls and len(calls) % L == 0, name
+    assert calls  # and the fast model runs the fast kernels through it
+    calls.clear()
+    tiny_model.forward([[1, 2]])
+    assert all(k is tiny_model.kernels for k in calls) and tiny_model.kernels is not clear.kernels
+
+
+def test_one_function_in_src_loops_over_the_blocks_up_to_ln_f() -> None:
+    """Only gpt2np.model.forward composes embed -> blocks -> ln_f -> head."""
+    import ast
+    import pathlib
+
+    src = pathlib.Path(gpt2np.__file__).parent
+    composers = []
+    for path in sorted(src.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                text = ast.unparse(node)
+                loops = any(isinstance(n, ast.For) and "blocks" in ast.unparse(n.iter)
+                            for n in ast.walk(node))  # fmt: skip
+                if loops and "ln_f" in text:
+                    composers.append(f"{path.relative_to(src)}:{node.name}")
+    assert composers == ["model.py:forward"]

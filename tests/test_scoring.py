@@ -209,14 +209,21 @@ def test_a_list_of_texts():
         model.score(["Hello world", "Hi"])  # "Hi" is one token: nothing to score
 
 
-def test_the_window_cache_holds_one_layer(tiny_model):
-    from gpt2np.scoring.logprobs import _one_pass_cache
+def test_the_window_cache_holds_one_layer(tiny_model, monkeypatch):
+    """Batched scoring's cache keeps one layer's keys and values, not L layers'."""
+    from gpt2np.fast.kvcache import KVCache
 
-    cache = _one_pass_cache(tiny_model.hparams, 3, 10, np.float32, pad=np.array([0, 2, 9]))
-    assert cache.kv.shape[0] == tiny_model.hparams.n_layer and cache.kv.strides[0] == 0
-    cache.kv[0, ..., 4, :] = 1.0  # every layer's view is the one buffer
-    assert (cache.kv[-1, ..., 4, :] == 1.0).all() and not cache.kv[-1, ..., 3, :].any()
-    assert cache.key_mask is not None and cache.key_mask[2].sum() == 1
+    made = []
+    real_init = KVCache.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(KVCache, "__init__", init)
+    tiny_model.score([np.arange(10) % 7, np.arange(3)], batch_size=2)
+    assert made and all(c.one_pass and c.kv.shape[0] == 1 for c in made)
+    assert tiny_model.hparams.n_layer > 1
 
 
 def test_progress_is_tqdm_auto_and_follows_the_convention(tiny_model, capsys):

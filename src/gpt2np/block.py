@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .attention import attention
-from .layers import RECORD_NOTHING, Recorder, activation, layernorm, linear
+from .attention import Past, attention
+from .layers import CLEAR, RECORD_NOTHING, Kernels, Recorder, linear
 
 __all__ = ["block", "ffn"]
 
@@ -26,17 +26,18 @@ def ffn(
     c_proj: dict[str, np.ndarray],
     record: Recorder = RECORD_NOTHING,
     act: str = "gelu_new",
+    kernels: Kernels = CLEAR,
 ) -> np.ndarray:
     """ffn(x) = gelu(x · W_fc + b_fc) · W_proj + b_proj, hidden width 4·D.
 
     x [B, T, D]; c_fc {"w" [D, 4D], "b" [4D]}; c_proj {"w" [4D, D], "b" [D]}  ->  [B, T, D]
 
-    ``act`` names the activation as HF does (:func:`gpt2np.layers.activation`): GPT-2's tanh
-    GELU by default; its output is recorded as ``gelu`` whichever it is. The hidden width
-    is the weights' (HF's ``n_inner`` may make it other than 4·D).
+    ``act`` names the activation as HF does (:func:`gpt2np.layers.activation`, run as
+    ``kernels.act``): GPT-2's tanh GELU by default; its output is recorded as ``gelu`` whichever
+    it is. The hidden width is the weights' (HF's ``n_inner`` may make it other than 4·D).
     """
     h = record("c_fc", linear(x, **c_fc))  # [B, T, D] -> [B, T, 4D]
-    h = record("gelu", activation(h, act))  # [B, T, 4D]
+    h = record("gelu", kernels.act(h, act))  # [B, T, 4D]
     return record("c_proj", linear(h, **c_proj))  # [B, T, 4D] -> [B, T, D]
 
 
@@ -47,24 +48,27 @@ def block(
     ln_2: dict[str, np.ndarray],
     mlp: dict[str, dict[str, np.ndarray]],
     n_head: int,
-    past: np.ndarray | None = None,
+    past: Past = None,
     record: Recorder = RECORD_NOTHING,
     eps: float = 1e-5,
     act: str = "gelu_new",
     scale: float | None = None,
+    kernels: Kernels = CLEAR,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One transformer block; its keyword names are the checkpoint's, so ``**params["blocks"][i]``
     passes straight in.
 
-    x [B, T, D], past [B, 2, H, T_past, Dh] or None  ->  (x [B, T, D], present [B, 2, H, T, Dh])
+    x [B, T, D], past [B, 2, H, T_past, Dh], a KVCache layer or None
+    ->  (x [B, T, D], present [B, 2, H, T, Dh])
 
     eps, act, scale: the LayerNorms' ε, the MLP's activation and the attention scores' factor;
-    the defaults (1e-5, the tanh GELU, 1/√Dh) are GPT-2's.
+    the defaults (1e-5, the tanh GELU, 1/√Dh) are GPT-2's. ``kernels.norm`` is LayerNorm
+    (:func:`gpt2np.layers.layernorm` unless faster kernels are plugged in).
     """
-    a = record("ln_1", layernorm(x, **ln_1, eps=eps))  # [B, T, D]
+    a = record("ln_1", kernels.norm(x, **ln_1, eps=eps))  # [B, T, D]
     a, present = attention(a, **attn, n_head=n_head, past=past, record=record.scope("attn"),
-                           scale=scale)  # fmt: skip
+                           scale=scale, kernels=kernels)  # fmt: skip
     x = record("resid_mid", x + a)  # [B, T, D]
-    m = record("ln_2", layernorm(x, **ln_2, eps=eps))  # [B, T, D]
-    m = ffn(m, **mlp, record=record.scope("mlp"), act=act)  # [B, T, D]
+    m = record("ln_2", kernels.norm(x, **ln_2, eps=eps))  # [B, T, D]
+    m = ffn(m, **mlp, record=record.scope("mlp"), act=act, kernels=kernels)  # [B, T, D]
     return record("out", x + m), present  # [B, T, D]

@@ -1,9 +1,9 @@
 """The :class:`GPT2` facade: weights, hyperparameters and a tokenizer, with checked methods.
 
-The maths underneath (:func:`gpt2np.forward`, :mod:`gpt2np.fast.kvcache`) trusts its arguments; this
-class checks them (:mod:`gpt2np.checks`) and picks the path: the fast kernels by default, the
-clear reference functions with ``fast=False``. Generation, scoring and tracing are functions of
-their own modules that take a model; the methods here are shortcuts to them.
+The maths underneath (:func:`gpt2np.forward`) trusts its arguments; this class checks them
+(:mod:`gpt2np.checks`) and picks the kernels that one composition runs: the fast ones by
+default, the clear reference functions with ``fast=False``. Generation, scoring and tracing
+are functions of their own modules that take a model; the methods here are shortcuts to them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 from . import checks
 from .fast.kernels import CLEAR, FAST
-from .fast.kvcache import KVCache, forward_cached, forward_via_cache
+from .fast.kvcache import KVCache
 from .generation.loop import generate
 from .golden.trace import Names, Trace, trace
 from .hparams import HParams
@@ -33,14 +33,11 @@ EOT_50257 = 50256
 class GPT2:
     """A GPT-2 model: hyperparameters, parameters and (optionally) a tokenizer.
 
-    ``fast=True`` (the default) runs :data:`gpt2np.fast.kernels.FAST`: attention with
-    :func:`gpt2np.fast.attention.attend_tiled` (skips the masked half of long prompts, heads
-    shared among threads), LayerNorm with :func:`gpt2np.fast.layernorm.layernorm_rows`, the MLP's
-    gelu with :func:`gpt2np.fast.kernels.gelu_rows` and a small batch's head with
-    :func:`gpt2np.fast.kernels.head_few_rows`, each equal to its clear twin to float rounding,
-    through
-    :func:`gpt2np.fast.kvcache.forward_via_cache`. ``fast=False`` runs :func:`gpt2np.forward`, the
-    clear reference path, and the clear kernels for cached generation.
+    ``fast=True`` (the default) plugs :data:`gpt2np.fast.FAST` into :func:`gpt2np.forward`:
+    tiled attention (heads shared among threads), LayerNorm and GELU on rows among threads, and
+    a small batch's head by vocabulary slices, each equal to its clear twin in
+    :mod:`gpt2np.layers` to float rounding. ``fast=False`` runs the same function with the clear
+    kernels, :data:`gpt2np.layers.CLEAR`: the equations as written.
 
     >>> model = GPT2(hparams, params)
     >>> logits, present = model.forward([[464, 3290]])   # [1, 2, V], [1, L, 2, H, 2, Dh]
@@ -151,10 +148,7 @@ class GPT2:
         Returns logits [B, T, V] ([T, V] for 1-D ids) and present [B, L, 2, H, T, Dh].
         """
         ids2, past = self.check_forward_args(ids, past)
-        if self.fast:
-            logits, present = forward_via_cache(self.params, self.hparams, ids2, past, FAST)
-        else:
-            logits, present = forward(self.params, self.hparams, ids2, past)
+        logits, present = forward(self.params, self.hparams, ids2, past, kernels=self.kernels)
         return (logits[0] if np.ndim(ids) == 1 else logits), present
 
     def check_forward_args(self, ids: Any, past: Any) -> tuple[np.ndarray, Optional[np.ndarray]]:
@@ -188,7 +182,14 @@ class GPT2:
             raise TypeError(f"cache must be a KVCache (model.new_cache()), got {type(cache)}")
         ids2 = self.check_ids(ids)
         checks.check_cache(cache, self.hparams, self.dtype, ids2.shape[0], ids2.shape[1])
-        return forward_cached(self.params, self.hparams, ids2, cache, last_only, self.kernels)
+        length = cache.length
+        try:
+            logits, _ = forward(self.params, self.hparams, ids2, cache, kernels=self.kernels,
+                                last_only=last_only)  # fmt: skip
+        except BaseException:  # an interrupted pass: the cache stays as it was before it
+            cache.length = length
+            raise
+        return logits
 
     # -- uses of the model: shortcuts to their modules ----------------------------------------
 

@@ -11,23 +11,26 @@ its own, ``params["lm_head"]`` [V, D], instead of wte (:func:`head_weight`).
 
 This follows OpenAI's ``src/model.py`` (``model()``, ``positions_for``, ``past_shape``):
 :func:`forward` is a pure function, params in, arrays out, with the past as an argument and the
-new tokens' keys and values as a result. Arguments are not checked here: :class:`gpt2np.GPT2`
-checks them. Generation's in-place cache and the faster kernels sit beside this path
-(:mod:`gpt2np.fast.kvcache`, :mod:`gpt2np.fast.kernels`) and are tested equal to it.
+new tokens' keys and values as a result. It is the one composition of the forward pass: what
+``GPT2.forward``, generation, scoring and tracing run. Two things plug into it without a second
+copy of these lines: faster kernels (``kernels=gpt2np.fast.FAST``, each tested equal to its
+clear twin in :mod:`gpt2np.layers`) and generation's in-place cache (a :class:`gpt2np.KVCache`
+as ``past``). Arguments are not checked here: :class:`gpt2np.GPT2` checks them.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
 from .block import block
 from .hparams import HParams
-from .layers import RECORD_NOTHING, Recorder, layernorm
+from .layers import CLEAR, RECORD_NOTHING, Kernels, Recorder, head
 
 __all__ = [
+    "Past",
     "attention_scale",
     "embed",
     "forward",
@@ -82,43 +85,57 @@ def head_weight(params: dict[str, Any], hparams: HParams) -> np.ndarray:
     return w
 
 
-def head(h: np.ndarray, wte: np.ndarray) -> np.ndarray:
-    """The output head: logits = h · wteᵀ.        [B, T, D] @ [D, V] -> [B, T, V]
-
-    GPT-2 ties it to the token embedding; an untied model passes its ``lm_head`` [V, D] here.
-    ``wte.T`` is a view, so no transposed copy of the embedding matrix is made; the leading axes
-    are flattened so that wte is read once, not once per batch row.
-    """
-    logits: np.ndarray = h.reshape(-1, h.shape[-1]) @ wte.T  # [B*T, D] @ [D, V] -> [B*T, V]
-    return logits.reshape(*h.shape[:-1], wte.shape[0])
+#: What :func:`forward` takes as ``past``: None, OpenAI's array, or a KVCache (any object with
+#: ``positions(T)`` and ``layers(T)``, as :class:`gpt2np.fast.kvcache.KVCache` has).
+Past = Union[None, np.ndarray, Any]
 
 
 def forward(
     params: dict[str, Any],
     hparams: HParams,
     ids: np.ndarray,
-    past: np.ndarray | None = None,
+    past: Past = None,
     record: Recorder = RECORD_NOTHING,
-) -> tuple[np.ndarray, np.ndarray]:
+    *,
+    kernels: Kernels = CLEAR,
+    last_only: bool = False,
+    logits: bool = True,
+) -> tuple[np.ndarray, Any]:
     """GPT-2's forward pass exactly as OpenAI's graph computes it.
 
-    ids int [B, T]; past [B, L, 2, H, T_past, Dh] or None
-    ->  (logits [B, T, V], present [B, L, 2, H, T, Dh], the new tokens' keys and values)
+    ids int [B, T]; past: None, the earlier tokens' keys and values [B, L, 2, H, T_past, Dh] as
+    OpenAI's graph takes them, or a :class:`gpt2np.KVCache` (generation's: it keeps them in one
+    preallocated buffer and takes the new ones in place)
+    ->  (logits [B, T, V], present [B, L, 2, H, T, Dh]: the new tokens' keys and values; with a
+    KVCache as past, the cache itself, which now holds them after the earlier ones)
 
-    ``record`` sees every intermediate under its name (:mod:`gpt2np.trace`); it changes nothing.
+    ``kernels``: the functions doing the heavy work, :data:`gpt2np.layers.CLEAR` (the equations
+    as written) or ``gpt2np.fast.FAST``. ``last_only``: only the last position's logits
+    [B, 1, V], what sampling needs. ``logits=False``: ln_f's output [B, T, D] instead of the
+    logits, for a caller that applies the head itself (scoring does, a few rows at a time).
+    ``record`` sees every intermediate under its name (:mod:`gpt2np.golden.trace`); it changes
+    nothing.
     """
-    T_past = 0 if past is None else past.shape[-2]
-    positions = positions_for(T_past, ids.shape[1])  # [T]
+    T = ids.shape[1]
+    cache = None if past is None or isinstance(past, np.ndarray) else past
+    if cache is None:  # OpenAI's: T new positions after T_past, each block its own past
+        T_past = 0 if past is None else past.shape[-2]
+        positions = positions_for(T_past, T)  # [T]
+        pasts = [None if past is None else past[:, i] for i in range(hparams.n_layer)]
+    else:  # the in-place cache: each row counts positions from its first unpadded token
+        positions, pasts = cache.positions(T), cache.layers(T)  # [B, T]; one slot per block
     x = embed(params["wte"], params["wpe"], ids, positions, record.scope("embed"))  # [B, T, D]
     presents = []
     eps, act = hparams.layer_norm_epsilon, hparams.activation_function
-    for i, block_params in enumerate(params["blocks"]):
-        past_i = None if past is None else past[:, i]  # [B, 2, H, T_past, Dh]
+    for i, (block_params, past_i) in enumerate(zip(params["blocks"], pasts)):
         x, present = block(
             x, **block_params, n_head=hparams.n_head, past=past_i, record=record.scope(f"h{i}"),
-            eps=eps, act=act, scale=attention_scale(hparams, i),
+            eps=eps, act=act, scale=attention_scale(hparams, i), kernels=kernels,
         )  # fmt: skip
-        presents.append(present)  # [B, 2, H, T, Dh]
-    h = record("ln_f", layernorm(x, **params["ln_f"], eps=eps))  # [B, T, D]
-    logits = record("logits", head(h, head_weight(params, hparams)))  # [B, T, D] -> [B, T, V]
-    return logits, np.stack(presents, axis=1)  # [B, L, 2, H, T, Dh]
+        if cache is None:
+            presents.append(present)  # [B, 2, H, T, Dh]
+    if last_only:
+        x = x[:, -1:]  # [B, 1, D]: ln_f and the head work position by position
+    h = record("ln_f", kernels.norm(x, **params["ln_f"], eps=eps))  # [B, T, D]
+    out = h if not logits else record("logits", kernels.head(h, head_weight(params, hparams)))
+    return out, (np.stack(presents, axis=1) if cache is None else cache)  # [B, L, 2, H, T, Dh]

@@ -20,13 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from ..attention import causal_mask, merge_heads, split_heads
-from ..hparams import ACTIVATIONS, HParams
-from ..layers import activation, linear
-from ..model import attention_scale, embed, head_weight, positions_for
-from .kernels import FAST, Kernels
+from ..attention import causal_mask
+from ..hparams import HParams
+from ..model import positions_for
 
-__all__ = ["KVCache", "forward_cached", "forward_via_cache"]
+__all__ = ["CacheLayer", "KVCache"]
 
 
 class KVCache:
@@ -35,6 +33,15 @@ class KVCache:
     ``kv`` is [L, B, 2, H, max_len, Dh] (``kv[l]`` is layer l's [B, 2, H, max_len, Dh], keys at
     index 0 and values at 1); positions ``0 … length-1`` are filled. ``pad`` [B] counts each
     row's left padding, ``key_mask`` [B, max_len] is False on it (None when no row is padded).
+    Pass it as ``past`` to :func:`gpt2np.model.forward`, which calls :meth:`positions` and
+    :meth:`layers`; a pass that fails midway (an interrupt) leaves ``length`` past positions it
+    did not fill, so start a new cache after one.
+
+    ``one_pass=True`` makes a cache for a single pass from position 0 that nothing continues
+    (scoring's): every layer writes into the same [B, 2, H, max_len, Dh] buffer, since a block
+    reads its keys and values only while it runs. One layer's memory instead of L's (the 48
+    layers of 1558M would be 630 MB per window of 1024 tokens); :meth:`present` and
+    :meth:`reorder` refuse such a cache.
 
     Arguments are not checked here; :meth:`gpt2np.GPT2.new_cache` checks them and makes one.
     """
@@ -46,9 +53,12 @@ class KVCache:
         max_len: int | None = None,
         dtype: Any = np.float32,
         pad: Any = None,
+        one_pass: bool = False,
     ) -> None:
         max_len = hparams.n_ctx if max_len is None else max_len
-        shape = (hparams.n_layer, batch, 2, hparams.n_head, max_len, hparams.d_head)
+        self.n_layer, self.one_pass = hparams.n_layer, one_pass
+        n_buffers = 1 if one_pass else hparams.n_layer
+        shape = (n_buffers, batch, 2, hparams.n_head, max_len, hparams.d_head)
         self.kv = np.zeros(shape, dtype=dtype)
         self.length = 0
         self.pad = np.zeros(batch, np.int64) if pad is None else np.asarray(pad, np.int64)
@@ -72,8 +82,17 @@ class KVCache:
             return t
         return np.maximum(t[None, :] - self.pad[:, None], 0)
 
+    def layers(self, T: int) -> list[CacheLayer]:
+        """One slot per block for the next T tokens, which each block's attention fills at
+        positions ``length … length+T-1`` (:meth:`CacheLayer.update`); ``length`` advances by T.
+        """
+        start, self.length = self.length, self.length + T
+        return [CacheLayer(self.kv[0 if self.one_pass else i], start, T, self.key_mask)
+                for i in range(self.n_layer)]  # fmt: skip
+
     def present(self) -> np.ndarray:
         """What is stored so far, in the functional layout [B, L, 2, H, length, Dh] (a copy)."""
+        self._keeps("present")
         return self.kv[..., : self.length, :].transpose(1, 0, 2, 3, 4, 5).copy()
 
     def reorder(self, rows: Any) -> None:
@@ -84,6 +103,7 @@ class KVCache:
         of rows stays the same the buffer is reused and only the rows that change are written
         (beam search mostly keeps a beam where it is: the identity copies nothing).
         """
+        self._keeps("reorder")
         rows = np.asarray(rows, dtype=np.intp)  # [B_new]
         if len(rows) == self.batch:
             changed = np.flatnonzero(rows != np.arange(len(rows)))
@@ -103,8 +123,13 @@ class KVCache:
             if not self.pad.any():
                 self.key_mask = None
 
+    def _keeps(self, what: str) -> None:
+        if self.one_pass:
+            raise ValueError(f"{what}(): a one_pass cache keeps no layer's keys and values")
+
     def __repr__(self) -> str:
-        L, B, _, H, max_len, Dh = self.kv.shape
+        _, B, _, H, max_len, Dh = self.kv.shape
+        L = self.n_layer
         padded = f", pad={self.pad.tolist()}" if self.key_mask is not None else ""
         return (
             f"KVCache(batch={B}, length={self.length}, max_len={max_len}, n_layer={L}, "
@@ -112,91 +137,25 @@ class KVCache:
         )
 
 
-def attention_cached(
-    x: np.ndarray,
-    c_attn: dict[str, np.ndarray],
-    c_proj: dict[str, np.ndarray],
-    n_head: int,
-    kv: np.ndarray,
-    start: int,
-    key_mask: np.ndarray | None,
-    kernels: Kernels,
-    scale: float | None = None,
-) -> np.ndarray:
-    """:func:`gpt2np.attention.attention` with the keys and values kept in ``kv``.
+class CacheLayer:
+    """Block ``i``'s part of a :class:`KVCache` for one forward pass of T new tokens: what
+    :func:`gpt2np.attention.attention` is given as ``past`` in place of OpenAI's array.
 
-    x [B, T, D]; kv [B, 2, H, max_len, Dh] with positions ``0 … start-1`` filled; the new keys
-    and values are written at ``start … start+T-1``; scale as for attention. -> out [B, T, D]
+    kv [B, 2, H, max_len, Dh] (a view of the cache's buffer); the earlier tokens' keys and
+    values fill positions ``0 … start-1``; key_mask [B, max_len] or None (left padding).
     """
-    qkv = linear(x, **c_attn)  # [B, T, D] -> [B, T, 3D]
-    D = x.shape[-1]  # slices rather than np.split, whose Python costs a decode step 12 × 20 µs
-    q, k, v = (split_heads(qkv[..., i * D : (i + 1) * D], n_head) for i in range(3))
-    T = x.shape[1]
-    end = start + T
-    kv[:, 0, :, start:end] = k
-    kv[:, 1, :, start:end] = v
-    mask = causal_mask(T, start)  # [T, S]
-    if key_mask is not None:
-        mask = mask & key_mask[:, None, None, :end]  # [B, 1, T, S]: no query sees padding
-    heads = kernels.attend(q, kv[:, 0, :, :end], kv[:, 1, :, :end], mask, scale=scale)
-    return linear(merge_heads(heads), **c_proj)  # [B, T, D]
 
+    def __init__(self, kv: np.ndarray, start: int, T: int, key_mask: np.ndarray | None) -> None:
+        self.kv, self.start, self.end, self.key_mask = kv, start, start + T, key_mask
 
-def forward_cached(
-    params: dict[str, Any],
-    hparams: HParams,
-    ids: np.ndarray,
-    cache: KVCache,
-    last_only: bool = False,
-    kernels: Kernels = FAST,
-) -> np.ndarray:
-    """:func:`gpt2np.model.forward` with the keys and values kept in ``cache`` (written in place,
-    ``cache.length`` advanced by T).
-
-    ids [B, T]  ->  logits [B, T, V], or [B, 1, V] for the last position only when
-    ``last_only`` (what sampling needs; skips the head for every other position).
-    """
-    T = ids.shape[1]
-    x = embed(params["wte"], params["wpe"], ids, cache.positions(T))  # [B, T, D]
-    start, key_mask, eps = cache.length, cache.key_mask, hparams.layer_norm_epsilon
-    # kernels.act is GPT-2's tanh GELU (FAST's works in place): other activations, the clear one
-    tanh_gelu = ACTIVATIONS[hparams.activation_function] == "gelu_tanh"
-    for i, (p, kv) in enumerate(zip(params["blocks"], cache.kv)):  # kv: [B, 2, H, max_len, Dh]
-        a = kernels.norm(x, **p["ln_1"], eps=eps)
-        x = x + attention_cached(a, **p["attn"], n_head=hparams.n_head, kv=kv, start=start,
-                                 key_mask=key_mask, kernels=kernels,
-                                 scale=attention_scale(hparams, i))  # fmt: skip
-        m = linear(kernels.norm(x, **p["ln_2"], eps=eps), **p["mlp"]["c_fc"])  # [B, T, 4D]
-        m = kernels.act(m) if tanh_gelu else activation(m, hparams.activation_function)
-        x = x + linear(m, **p["mlp"]["c_proj"])  # [B, T, D]
-    cache.length += T
-    if last_only:
-        x = x[:, -1:]  # [B, 1, D]: ln_f works row by row, so only the last row is needed
-    h = kernels.norm(x, **params["ln_f"], eps=eps)  # [B, T, D]
-    return kernels.head(h, head_weight(params, hparams))
-
-
-def forward_via_cache(
-    params: dict[str, Any],
-    hparams: HParams,
-    ids: np.ndarray,
-    past: np.ndarray | None = None,
-    kernels: Kernels = FAST,
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`gpt2np.model.forward`'s result, computed through a :class:`KVCache` of exactly
-    T_past + T positions: the past is copied in once and every layer writes its new keys and
-    values in place, so ``present`` needs no stacking and the past no concatenation per layer.
-
-    ids [B, T]; past [B, L, 2, H, T_past, Dh] or None
-    ->  (logits [B, T, V], present [B, L, 2, H, T, Dh])
-    """
-    B, T = ids.shape
-    T_past = 0 if past is None else past.shape[-2]
-    cache = KVCache(hparams, B, T_past + T, params["wte"].dtype)
-    if past is not None:
-        cache.kv[..., :T_past, :] = past.transpose(1, 0, 2, 3, 4, 5)
-        cache.length = T_past
-    logits = forward_cached(params, hparams, ids, cache, kernels=kernels)
-    present = cache.kv[..., T_past:, :].transpose(1, 0, 2, 3, 4, 5)  # [B, L, 2, H, T, Dh]
-    # with a past, a view would keep the cache's copy of the whole past alive with present
-    return logits, (present if past is None else present.copy())
+    def update(self, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Store the new tokens' keys and values after the earlier ones and return what the new
+        queries attend over: keys and values [B, H, S, Dh] (views, S = start + T) and the mask,
+        causal and blind to each row's left padding ([T, S], or [B, 1, T, S] with padding).
+        """
+        self.kv[:, 0, :, self.start : self.end] = k  # k, v [B, H, T, Dh]
+        self.kv[:, 1, :, self.start : self.end] = v
+        mask = causal_mask(self.end - self.start, self.start)  # [T, S]
+        if self.key_mask is not None:  # no query sees a row's padding
+            mask = mask & self.key_mask[:, None, None, : self.end]  # [B, 1, T, S]
+        return self.kv[:, 0, :, : self.end], self.kv[:, 1, :, : self.end], mask

@@ -12,16 +12,11 @@ its clear twin in tests/test_fast.py.
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 
-from . import threads as parallel
+from .threads import share_rows
 
-__all__ = ["layernorm_rows", "share_rows"]
-
-#: Numbers below which one thread does the whole array (a hand-over costs tens of µs).
-THREADED_NUMBERS = 1 << 17
+__all__ = ["layernorm_rows"]
 
 
 def layernorm_rows(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> np.ndarray:
@@ -47,15 +42,3 @@ def _layernorm(x: np.ndarray, g: np.ndarray, b: np.ndarray, eps: float, out: np.
     np.multiply(g, d, out=d)  # g · (x - μ), then / √(σ² + ε), then + b, as the clear one does
     d /= variance
     d += b
-
-
-def share_rows(work: Callable[[slice], object], n_rows: int, size: int) -> None:
-    """work(rows) for slices of rows that together cover 0 … n_rows-1: one slice when ``size``
-    (the numbers involved) is small, else about two per thread, run by :func:`parallel.run`."""
-    n = parallel.threads() if size >= THREADED_NUMBERS else 1
-    if n == 1 or n_rows < 2:
-        work(slice(0, n_rows))
-        return
-    parts = min(n_rows, 2 * n)
-    bounds = np.linspace(0, n_rows, parts + 1).round().astype(int)
-    parallel.run(work, [slice(int(a), int(z)) for a, z in zip(bounds[:-1], bounds[1:])])

@@ -21,7 +21,12 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, TypeVar
 
-__all__ = ["default_threads", "run", "set_threads", "threads"]
+import numpy as np
+
+__all__ = ["THREADED_NUMBERS", "default_threads", "run", "set_threads", "share_rows", "threads"]
+
+#: Numbers below which one thread does the whole array (a hand-over costs tens of µs).
+THREADED_NUMBERS = 1 << 17
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -126,3 +131,15 @@ def run(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     if errors:
         raise errors[0]
     return results
+
+
+def share_rows(work: Callable[[slice], object], n_rows: int, size: int) -> None:
+    """work(rows) for slices of rows that together cover 0 … n_rows-1: one slice when ``size``
+    (the numbers involved) is small, else about two per thread, run by :func:`run`."""
+    n = threads() if size >= THREADED_NUMBERS else 1
+    if n == 1 or n_rows < 2:
+        work(slice(0, n_rows))
+        return
+    parts = min(n_rows, 2 * n)
+    bounds = np.linspace(0, n_rows, parts + 1).round().astype(int)
+    run(work, [slice(int(a), int(z)) for a, z in zip(bounds[:-1], bounds[1:])])

@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any, Optional, Union, overload
 import numpy as np
 import numpy.typing as npt
 
-from ..fast.kvcache import KVCache, forward_cached
-from ..fast.layernorm import share_rows
-from ..model import head_weight
+from ..fast.kvcache import KVCache
+from ..fast.threads import share_rows
+from ..model import forward, head_weight
 from ..support.progress import show_progress, tqdm
 
 if TYPE_CHECKING:
@@ -187,7 +187,6 @@ def _score_batched(
     """The windows ``per_pass`` at a time, longest first, each pass left-padded to its longest
     window; only the positions that predict a scored token go through the head."""
     params, hparams = model.params, model.hparams
-    kernels = model.kernels._replace(head=_final_hidden)  # the head comes later, on fewer rows
     order = sorted(range(len(jobs)), key=lambda j: jobs[j][2] - jobs[j][1], reverse=True)
     for p0 in range(0, len(order), per_pass):
         batch = [jobs[j] for j in order[p0 : p0 + per_pass]]
@@ -196,8 +195,11 @@ def _score_batched(
         ids = np.zeros((len(batch), W), dtype=np.int64)  # padding ids are masked: any will do
         for b, (r, begin, end, _) in enumerate(batch):
             ids[b, W - (end - begin) :] = rows[r][begin:end]
-        cache = _one_pass_cache(hparams, len(batch), W, model.dtype, pad=W - lengths)
-        h = forward_cached(params, hparams, ids, cache, kernels=kernels)  # [B, W, D], ln_f'd
+        cache = KVCache(hparams, len(batch), W, model.dtype, pad=W - lengths, one_pass=True)
+        h, _ = forward(
+            params, hparams, ids, cache, kernels=model.kernels, logits=False
+        )  # [B, W, D]
+        # the head comes later, only on the positions that predict a scored token
         # window b's last end - first positions but one predict its scored tokens first … end-1
         predictors = np.concatenate(
             [h[b, W - 1 - (end - first) : W - 1] for b, (_, _, end, first) in enumerate(batch)]
@@ -274,23 +276,6 @@ def _ids(model: GPT2, text_or_ids: object, where: str) -> np.ndarray:
             f"{where}need at least 2 tokens to score (the first has no context), got {len(ids)}"
         )
     return ids
-
-
-def _final_hidden(h: np.ndarray, wte: np.ndarray) -> np.ndarray:
-    """A head that leaves ln_f's output as it is: [B, T, D] -> [B, T, D]."""
-    return h
-
-
-def _one_pass_cache(hparams: Any, batch: int, length: int, dtype: Any, pad: Any) -> KVCache:
-    """A cache for one pass from position 0 that nothing continues: every layer writes its keys
-    and values into the same [B, 2, H, length, Dh] buffer (a view with stride 0 over the layer
-    axis), since a layer reads them only while it runs. One layer's memory instead of L's (the
-    L layers of 1558M would be 630 MB per window of 1024 tokens)."""
-    cache = KVCache(dataclasses.replace(hparams, n_layer=1), batch, length, dtype, pad)
-    one = cache.kv  # [1, B, 2, H, length, Dh]
-    shape, strides = (hparams.n_layer, *one.shape[1:]), (0, *one.strides[1:])
-    cache.kv = np.lib.stride_tricks.as_strided(one, shape, strides)
-    return cache
 
 
 def _head_log_softmax_at(
