@@ -173,13 +173,15 @@ def test_object_ids_of_python_ints_are_accepted(tiny_model) -> None:
     np.testing.assert_array_equal(tiny_model.forward(ids)[0], tiny_model.forward(ids.tolist())[0])
 
 
-def test_tokenizer_class_is_instantiated_on_first_use(tiny_model) -> None:
+def test_a_tokenizer_class_is_made_on_first_use_when_given_as_load_tokenizer(tiny_model) -> None:
     class Encoder:
         def encode(self, text: str) -> list[int]:
             return [len(text)]
 
-    model = gpt2np.GPT2(tiny_model.hparams, tiny_model.params, tokenizer=Encoder)
+    model = gpt2np.GPT2(tiny_model.hparams, tiny_model.params, load_tokenizer=Encoder)
     assert isinstance(model.tokenizer, Encoder) and model.tokenizer.encode("abc") == [3]
+    with pytest.raises(TypeError, match="load_tokenizer=Encoder"):
+        gpt2np.GPT2(tiny_model.hparams, tiny_model.params, tokenizer=Encoder)
 
 
 def test_bad_past(tiny_model) -> None:
@@ -331,3 +333,31 @@ def test_one_function_in_src_loops_over_the_blocks_up_to_ln_f() -> None:
                 if loops and "ln_f" in text:
                     composers.append(f"{path.relative_to(src)}:{node.name}")
     assert composers == ["model.py:forward"]
+
+
+def test_a_tokenizer_is_used_as_given_and_load_tokenizer_is_called_once_on_first_use(
+    tiny_model,
+) -> None:
+    """No guessing whether ``tokenizer`` is a factory: a callable tokenizer object is used as it
+    is, and only ``load_tokenizer`` is called (once, when text is first needed)."""
+
+    class CallableTokenizer:  # as HF's tokenizers are: callable, with encode
+        eot_token = 0
+
+        def __call__(self, *a):
+            raise AssertionError("a tokenizer object must not be called")
+
+        def encode(self, text, **kw):
+            return [1, 2]
+
+        def decode(self, ids):
+            return "x" * len(ids)
+
+    given = CallableTokenizer()
+    model = gpt2np.GPT2(tiny_model.hparams, tiny_model.params, tokenizer=given)
+    assert model.tokenizer is given
+    calls = []
+    lazy = gpt2np.GPT2(tiny_model.hparams, tiny_model.params,
+                       load_tokenizer=lambda: calls.append(1) or given)  # fmt: skip
+    assert calls == [] and lazy.copy().astype(np.float64) is not None and calls == []
+    assert lazy.tokenizer is given and lazy.tokenizer is given and calls == [1]

@@ -61,10 +61,9 @@ def load(
     fetched with :func:`gpt2np.download` (``models_dir`` goes there; nothing is transferred once
     the files are complete), and ``org/name`` (or anything after ``hf:``) is fetched from the
     hub at ``revision`` (branch, tag or commit; default "main") with
-    :func:`gpt2np.sources.hub.snapshot`: pinned to a commit, verified, read from huggingface_hub's
-    cache
-    when it holds the files, offline when ``HF_HUB_OFFLINE=1``; ``token`` (default
-    ``$HF_TOKEN``) for gated and private repositories. The files are read by
+    :func:`gpt2np.sources.hub.snapshot`: pinned to a commit, verified, read from
+    huggingface_hub's cache when it holds the files, offline when ``HF_HUB_OFFLINE=1``;
+    ``token`` (default ``$HF_TOKEN``) for gated and private repositories. The files are read by
     :func:`gpt2np.checkpoint.load_dir`, which checks every tensor's CRC32C and caches the
     conversion in ``cache_dir`` (default ``$GPT2NP_HOME/cache``; ``use_cache=False`` skips it,
     and verifies on every load); ``verify=True`` checks the CRC-32Cs on every load too.
@@ -81,6 +80,50 @@ def load(
     :class:`~gpt2np.CheckpointError` for a missing path or bad files, and
     :class:`~gpt2np.DownloadError` when fetching fails.
     """
+    text = _check_load_args(name_or_path, revision, mmap)
+    progress = show_progress(progress)  # resolved once: the download and the reader agree
+    read = functools.partial(_read_dir, cache_dir=cache_dir, use_cache=use_cache, verify=verify,
+                             progress=progress, dtype=dtype, fast=fast, mmap=mmap)  # fmt: skip
+    if text.startswith("hf:"):
+        return _load_from_hub(text[3:], revision, token, progress, dtype, fast, mmap)
+    path = pathlib.Path(expand_user(text, "load() path"))
+    if path.exists():
+        if revision is not None:
+            raise ValueError(f"revision= is for a Hub repo id, but {text!r} is a local path")
+        try:
+            return read(path)
+        except CheckpointError as e:
+            _raise_if_incomplete_release(path, e)
+            raise
+    if isinstance(name_or_path, str) and text in KNOWN_NAMES:
+        directory = download(text, models_dir=models_dir, progress=progress)
+        try:
+            return read(directory)
+        except CheckpointError as e:  # e.g. a CRC32C mismatch in a file whose size was right
+            raise CheckpointError(
+                f"{e}\nThese files were downloaded into {directory}; delete that directory "
+                f"and call gpt2np.load({text!r}) again to fetch them afresh."
+            ) from e
+    if isinstance(name_or_path, str) and "/" in text and is_repo_id(text):
+        return _load_repo_id(text, path, revision, token, progress, dtype, fast, mmap)
+    raise _not_found(name_or_path, path)
+
+
+def _not_found(name_or_path: PathLike, path: pathlib.Path) -> Exception:
+    """What to raise for a name that is no path, no known name and no Hub repo id."""
+    if _looks_like_path(name_or_path):
+        return CheckpointError(
+            f"no such checkpoint directory or file: {path} (not a Hub repo id either: those "
+            "are org/name)"
+        )
+    return ValueError(
+        f"{os.fspath(name_or_path)!r} is neither an existing path, a known model name "
+        f"(known names: {', '.join(KNOWN_NAMES)}) nor a Hub repo id (org/name, or hf:name)"
+    )
+
+
+def _check_load_args(name_or_path: Any, revision: Any, mmap: Any) -> str:
+    """load()'s argument checks; -> the name or path as a str."""
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise TypeError(f"load() takes a model name or a path, got {type(name_or_path).__name__}")
     text = os.fspath(name_or_path)
@@ -90,47 +133,26 @@ def load(
         raise TypeError(f"revision must be a str, got {type(revision).__name__}")
     if not isinstance(mmap, bool):
         raise TypeError(f"mmap must be True or False, got {mmap!r}")
-    progress = show_progress(progress)  # resolved once: the download and the reader agree
-    if text.startswith("hf:"):
-        return _load_from_hub(text[3:], revision, token, progress, dtype, fast, mmap)
-    path = pathlib.Path(expand_user(text, "load() path"))
-    if path.exists() and revision is not None:
-        raise ValueError(f"revision= is for a Hub repo id, but {text!r} is a local path")
-    if path.exists():
-        try:
-            checkpoint = load_dir(path, cache_dir, use_cache, verify=verify, progress=progress)
-            return _model(checkpoint, dtype, fast, mmap)
-        except CheckpointError as e:
-            _raise_if_incomplete_release(path, e)
-            raise
-    if isinstance(name_or_path, str) and text in KNOWN_NAMES:
-        directory = download(text, models_dir=models_dir, progress=progress)
-        try:
-            checkpoint = load_dir(directory, cache_dir, use_cache, verify=verify, progress=progress)
-            return _model(checkpoint, dtype, fast, mmap)
-        except CheckpointError as e:  # e.g. a CRC32C mismatch in a file whose size was right
-            raise CheckpointError(
-                f"{e}\nThese files were downloaded into {directory}; delete that directory "
-                f"and call gpt2np.load({text!r}) again to fetch them afresh."
-            ) from e
-    both = f"no file or directory {path} exists, and {text!r} read as a Hugging Face Hub repo id"
-    if isinstance(name_or_path, str) and "/" in text and is_repo_id(text):
-        try:
-            return _load_from_hub(text, revision, token, progress, dtype, fast, mmap)
-        except RepoNotFound as e:
-            raise RepoNotFound(
-                f"{both} is not found either: {e} (write hf:{text} to mean the hub, or "
-                f"./{text} to mean a local path)"
-            ) from e
-    if _looks_like_path(name_or_path):
-        raise CheckpointError(
-            f"no such checkpoint directory or file: {path} (not a Hub repo id either: those "
-            "are org/name)"
-        )
-    raise ValueError(
-        f"{text!r} is neither an existing path, a known model name "
-        f"(known names: {', '.join(KNOWN_NAMES)}) nor a Hub repo id (org/name, or hf:name)"
-    )
+    return text
+
+
+def _read_dir(directory: pathlib.Path, *, cache_dir: Any, use_cache: bool, verify: bool,
+              progress: bool, dtype: Any, fast: bool, mmap: bool) -> GPT2:  # fmt: skip
+    checkpoint = load_dir(directory, cache_dir, use_cache, verify=verify, progress=progress)
+    return _model(checkpoint, dtype, fast, mmap)
+
+
+def _load_repo_id(text: str, path: pathlib.Path, revision: Any, token: Any, progress: Any,
+                  dtype: Any, fast: bool, mmap: bool) -> GPT2:  # fmt: skip
+    """``org/name`` that is no local path: the Hub's, with both readings named if it is not."""
+    try:
+        return _load_from_hub(text, revision, token, progress, dtype, fast, mmap)
+    except RepoNotFound as e:
+        raise RepoNotFound(
+            f"no file or directory {path} exists, and {text!r} read as a Hugging Face Hub repo "
+            f"id is not found either: {e} (write hf:{text} to mean the hub, or ./{text} to mean "
+            "a local path)"
+        ) from e
 
 
 def _load_from_hub(
@@ -170,15 +192,15 @@ def _model(checkpoint: Any, dtype: Any, fast: bool, mmap: bool = True) -> GPT2:
     missing, that first use raises, naming both: GPT-2's bundled vocabulary would tokenize
     silently wrong if the directory's own differs. Without ``mmap``, every read-only
     (memory-mapped) weight is read into a writable array."""
-    tokenizer = None
+    load_tokenizer = None
     if checkpoint.vocabulary is not None and len(checkpoint.vocabulary) == 1:
-        tokenizer = functools.partial(Tokenizer.from_tokenizer_json, *checkpoint.vocabulary)
+        load_tokenizer = functools.partial(Tokenizer.from_tokenizer_json, *checkpoint.vocabulary)
     elif checkpoint.vocabulary is not None:
-        tokenizer = functools.partial(Tokenizer.from_files, *checkpoint.vocabulary)
+        load_tokenizer = functools.partial(Tokenizer.from_files, *checkpoint.vocabulary)
     params = checkpoint.params
     if not mmap:
         params = map_params(lambda a: a if a.flags.writeable else np.array(a), params)
-    model = GPT2(checkpoint.hparams, params, tokenizer, dtype=dtype, fast=fast)
+    model = GPT2(checkpoint.hparams, params, dtype=dtype, fast=fast, load_tokenizer=load_tokenizer)
     model.generation_config = dict(checkpoint.generation)
     return model
 

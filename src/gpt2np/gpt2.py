@@ -9,7 +9,7 @@ are functions of their own modules that take a model; the methods here are short
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Optional, Union, overload
+from typing import Any, Callable, Optional, Union, overload
 
 import numpy as np
 
@@ -54,6 +54,8 @@ class GPT2:
         tokenizer: Any = None,
         dtype: Any = None,
         fast: bool = True,
+        *,
+        load_tokenizer: Optional[Callable[[], Any]] = None,
     ) -> None:
         if not isinstance(hparams, HParams):
             raise TypeError(f"hparams must be an HParams, got {type(hparams).__name__}")
@@ -74,7 +76,13 @@ class GPT2:
             )
         self.hparams = hparams
         self.params = params
+        if isinstance(tokenizer, type):
+            raise TypeError(
+                f"tokenizer= takes a tokenizer object, got the class {tokenizer.__name__}; pass "
+                f"load_tokenizer={tokenizer.__name__} to make one on first use"
+            )
         self._tokenizer = tokenizer
+        self._load_tokenizer = load_tokenizer
         self.fast = fast
         self.kernels = FAST if fast else CLEAR
         #: Defaults from the checkpoint's generation_config.json (eos_token_id, max_length,
@@ -92,15 +100,11 @@ class GPT2:
 
     @property
     def tokenizer(self) -> Any:
-        """The tokenizer given at construction, else GPT-2's bundled one (loaded on first use).
-
-        A zero-argument callable given as ``tokenizer`` (a function, or a class such as
-        :class:`gpt2np.Tokenizer`) is called on first use: loaders pass one, so that loading the
-        weights does not wait for the vocabulary to be parsed.
-        """
-        factory = isinstance(self._tokenizer, type)  # a class such as Tokenizer: has .encode
-        if factory or (callable(self._tokenizer) and not hasattr(self._tokenizer, "encode")):
-            self._tokenizer = self._tokenizer()
+        """The tokenizer given at construction; else the one ``load_tokenizer()`` makes, called
+        on first use (loaders pass it, so that loading the weights does not wait for the
+        vocabulary to be parsed); else GPT-2's bundled one."""
+        if self._tokenizer is None and self._load_tokenizer is not None:
+            self._tokenizer = self._load_tokenizer()
         if self._tokenizer is None:
             if self.hparams.n_vocab != 50257:
                 raise ValueError(
@@ -118,13 +122,14 @@ class GPT2:
         eos = self.generation_config.get("eos_token_id")
         if eos is not None:
             return eos if isinstance(eos, int) else eos[0]
-        if self._tokenizer is not None:
+        if self._tokenizer is not None or self._load_tokenizer is not None:
             return getattr(self.tokenizer, "eot_token", None)
         return EOT_50257 if self.hparams.n_vocab == 50257 else None
 
     def astype(self, dtype: Any) -> GPT2:
         """The same model with every weight cast to ``dtype`` (e.g. np.float64)."""
-        model = GPT2(self.hparams, self.params, self._tokenizer, dtype=dtype, fast=self.fast)
+        model = GPT2(self.hparams, self.params, self._tokenizer, dtype=dtype, fast=self.fast,
+                     load_tokenizer=self._load_tokenizer)  # fmt: skip
         model.generation_config, model.source = dict(self.generation_config), self.source
         return model
 
@@ -136,7 +141,8 @@ class GPT2:
         >>> ablated.params["blocks"][5]["attn"]["c_proj"]["w"][64:128] = 0   # zero h5's head 1
         """
         params = map_params(lambda a: np.array(a, copy=True), self.params)
-        return GPT2(self.hparams, params, self._tokenizer, fast=self.fast)
+        return GPT2(self.hparams, params, self._tokenizer, fast=self.fast,
+                    load_tokenizer=self._load_tokenizer)  # fmt: skip
 
     # -- the forward pass, checked -----------------------------------------------------------
 
