@@ -24,3 +24,23 @@ def test_bench_vs_torch_without_torch_is_one_clear_line() -> None:
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0].startswith("bench.py: error: --vs-torch needs PyTorch and HF transformers")
     assert "pip install torch==2.13.0" in lines[0]
+
+
+def test_lint_docs_passes_here_and_names_a_readme_whose_command_ci_does_not_run(
+    tmp_path, monkeypatch
+) -> None:
+    import runpy
+
+    lint = runpy.run_path(str(SCRIPTS / "lint_docs.py"))
+    assert lint["findings"]() == []
+    root = tmp_path
+    (root / ".ci").mkdir()
+    (root / "src/gpt2np").mkdir(parents=True)
+    for name in ("README.md", "CHANGELOG.md", ".ci/run", "src/gpt2np/_version.py"):
+        (root / name).write_text((SCRIPTS.parent / name).read_text(encoding="utf-8"))
+    readme = (root / "README.md").read_text().replace("&& pytest\n", "&& pytest -x\n", 1)
+    (root / "README.md").write_text(readme + "\n" * 400)
+    lint["findings"].__globals__["ROOT"] = root
+    found = lint["findings"]()
+    assert any("lacks the test command" in f for f in found)
+    assert any("lines, over 360" in f for f in found)

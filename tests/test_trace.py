@@ -1,5 +1,6 @@
-"""gpt2np.trace: named intermediates equal the plain forward pass, and each one is what its name
-says (checked against first-principles NumPy written out here, not against gpt2np's layers)."""
+"""gpt2np.trace: recording changes nothing in the forward pass, and each intermediate is what its
+name says (checked against first-principles NumPy written out here, not against gpt2np's
+layers)."""
 
 from __future__ import annotations
 
@@ -10,28 +11,48 @@ import pytest
 
 import gpt2np
 from gpt2np.golden.trace import Trace, tensor_names, tensor_shapes, trace
+from gpt2np.layers import Recorder
 
 
 def ids_for(model: gpt2np.GPT2, B: int, T: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, model.hparams.n_vocab, (B, T))
 
 
-# Bitwise, not a tolerance: trace runs the same NumPy operations in the same order on the same
-# arrays as the clear forward pass (fast=False), so any difference at all means the two paths
-# compute different things (e.g. the core changed its order of operations and trace.py must
-# follow it).
+class KeepingCopies(Recorder):
+    """A recorder that keeps every intermediate and a copy of it taken when it was recorded."""
+
+    def __init__(self, prefix: str = "", kept: dict | None = None) -> None:
+        self.prefix, self.kept = prefix, ({} if kept is None else kept)
+
+    def __call__(self, name: str, x: np.ndarray) -> np.ndarray:
+        self.kept[self.prefix + name] = (x, x.copy())
+        return x
+
+    def scope(self, name: str) -> Recorder:
+        return KeepingCopies(f"{self.prefix}{name}.", self.kept)
+
+
+# Bitwise, not a tolerance: a recorder only looks, so the pass must compute the same bits.
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("B,T,split", [(1, 7, 0), (2, 9, 0), (2, 9, 4), (3, 5, 1)])
-def test_trace_equals_clear_forward_bitwise(tiny_model, dtype, B: int, T: int, split: int) -> None:
+def test_recording_changes_nothing(tiny_model, dtype, B: int, T: int, split: int) -> None:
+    """The forward pass gives the same bits with a recorder that keeps everything as with none,
+    and nothing it recorded is changed afterwards by the rest of the pass (an in-place update
+    of a recorded array would make the trace lie)."""
     model = gpt2np.GPT2(tiny_model.hparams, tiny_model.params, dtype=dtype, fast=False)
     ids = ids_for(model, B, T, seed=B * 10 + T)
     past = model.forward(ids[:, :split])[1] if split else None
-    logits, present = model.forward(ids[:, split:], past=past)
-    t = trace(model, ids[:, split:], past=past)
-    assert t.logits.dtype == dtype
+    ids2 = np.asarray(ids[:, split:])
+    logits, present = gpt2np.forward(model.params, model.hparams, ids2, past)
+    recorder = KeepingCopies()
+    logits2, present2 = gpt2np.forward(model.params, model.hparams, ids2, past, recorder)
+    np.testing.assert_array_equal(logits2, logits)
+    np.testing.assert_array_equal(present2, present)
+    assert set(recorder.kept) == set(tensor_names(model.hparams.n_layer))
+    for name, (array, at_the_time) in recorder.kept.items():
+        np.testing.assert_array_equal(array, at_the_time, err_msg=name)
+    t = trace(model, ids2, past=past)  # the trace is that recorder's view
     np.testing.assert_array_equal(t.logits, logits)
-    np.testing.assert_array_equal(t["logits"], logits)
-    np.testing.assert_array_equal(t.present, present)
     assert t.T_past == split
 
 
