@@ -132,6 +132,20 @@ def test_plain_text_from_a_file_and_from_stdin(loader, tmp_path, monkeypatch):
     assert records[0]["logprob_sum"] == pytest.approx(-score(model, "the cat sat on the mat").nll)
 
 
+def test_a_byte_order_mark_and_a_lone_surrogate_are_read(loader, tmp_path):
+    """A UTF-8 byte order mark before the first line is not part of it; an id holding a lone
+    surrogate (a JSON "\\ud800" escape, not UTF-8) is written back escaped."""
+    lines = [json.dumps({"id": "\ud800", "text": "the cat sat"}), '{"text": "on a mat"}']
+    score_corpus(loader, write_lines(tmp_path / "plain.jsonl", lines), tmp_path / "plain.out")
+    (tmp_path / "bom.jsonl").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "plain.jsonl").read_bytes())
+    score_corpus(loader, tmp_path / "bom.jsonl", tmp_path / "bom.out")
+    plain, bom = read_records(tmp_path / "plain.out"), read_records(tmp_path / "bom.out")
+    assert plain[0]["id"] == "\ud800" and b"\\ud800" in (tmp_path / "plain.out").read_bytes()
+    assert [r["n_tokens"] for r in bom] == [r["n_tokens"] for r in plain] == [11, 8]
+    assert bom[0]["logprob_sum"] == plain[0]["logprob_sum"] and bom[1] == plain[1]
+    assert bom[0]["line_sha256"] != plain[0]["line_sha256"]  # the digest is of the bytes
+
+
 def test_two_worker_processes_give_the_records_of_one(corpus, loader, reference, tmp_path):
     out = tmp_path / "jobs2.jsonl"
     summary = score_corpus(loader, corpus, out, jobs=2, progress=False)
@@ -354,8 +368,10 @@ def _usage(argv: list[str]) -> bool:
 def test_the_function_checks_its_arguments(corpus, loader, tmp_path):
     model = loader()
     out = tmp_path / "o.jsonl"
-    with pytest.raises(ValueError, match="jobs must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="jobs must be at least 1, got 0"):
         score_corpus(loader, corpus, out, jobs=0)
+    with pytest.raises(TypeError, match="jobs must be an int, got float"):
+        score_corpus(loader, corpus, out, jobs=2.0)
     with pytest.raises(TypeError, match="jobs > 1 needs a loader"):
         score_corpus(model, corpus, out, jobs=2)
     with pytest.raises(TypeError, match="does not pickle"):

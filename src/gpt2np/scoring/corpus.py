@@ -111,11 +111,13 @@ def score_corpus(
         settings (and TypeError/ValueError for bad arguments); a bad line of the input is an
         error record, not an exception.
     """
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be an int >= 1, got {jobs!r}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int):
+        raise TypeError(f"jobs must be an int, got {type(jobs).__name__}")
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
     if str(out) == "-":
         raise ValueError("the records go to a file, which a later run resumes, not to stdout")
-    if str(corpus) != "-" and os.path.abspath(corpus) == os.path.abspath(out):
+    if str(corpus) != "-" and os.path.realpath(corpus) == os.path.realpath(out):
         raise ValueError(f"the output {out} is the input: write the records to another file")
     if callable(model):
         loader: Optional[Loader] = model

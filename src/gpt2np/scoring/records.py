@@ -28,6 +28,7 @@ can.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import hashlib
 import json
@@ -57,9 +58,11 @@ __all__ = [
     "score_documents",
 ]
 
-#: At most this many documents, or characters of text, go to one call of score().
+#: At most this many documents, or characters of text, go to one call of score(): 64 short
+#: documents, or about 4,000 tokens of long ones (a forward pass of 4,096 tokens), so that a
+#: corpus makes many chunks to share among workers, and a killed run loses little work.
 CHUNK_DOCS = 64
-CHUNK_CHARS = 1 << 18
+CHUNK_CHARS = 1 << 14
 FORMATS = ("jsonl", "text")
 #: A zero-argument callable that returns the model (``functools.partial(gpt2np.load, path)``).
 Loader = Callable[[], "GPT2"]
@@ -131,6 +134,8 @@ def parse_line(number: int, raw: Union[bytes, str], settings: Settings) -> Docum
     if raw.endswith(b"\n"):
         raw = raw[:-1]
     digest = line_digest(raw)
+    if number == 1 and raw.startswith(codecs.BOM_UTF8):  # as some editors start a file
+        raw = raw[len(codecs.BOM_UTF8) :]
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -264,8 +269,12 @@ def error_record(doc: Document, why: str) -> dict[str, Any]:
 
 
 def dumps(record: dict[str, Any]) -> bytes:
-    """One record as one line of JSON, "\\n" included (floats round-trip exactly)."""
-    return (json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+    """One record as one line of UTF-8 JSON, "\\n" included (floats round-trip exactly)."""
+    try:
+        line = json.dumps(record, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError:  # an id with a lone surrogate (a "\\ud800" escape): kept escaped
+        line = json.dumps(record, allow_nan=False).encode("ascii")
+    return line + b"\n"
 
 
 # -- one model per process ------------------------------------------------------------------

@@ -113,7 +113,7 @@ class Output:
         for part in ("model", "settings"):
             ours, theirs = expected[part], recorded.get(part)
             if ours != theirs:
-                keys = sorted({*ours, *(theirs or {})})
+                keys = sorted({*ours, *(theirs if isinstance(theirs, dict) else {})})
                 what = ", ".join(
                     f"{k} {_get(theirs, k)!r} there, {ours.get(k)!r} now"
                     for k in keys
