@@ -1,7 +1,8 @@
 """What tests/test_corpus.py and tests/test_corpus_dask.py share: a small model whose tokenizer
 has one token per byte (so that scoring is cheap: the head has 257 rows, not 50257), saved to a
 directory that worker processes load by path; a corpus of varied documents with bad lines
-among them; a loader whose tokenizer kills its own process on a marked document; and the
+among them; a loader whose tokenizer kills its own process on a marked document, or takes
+its time over one; and the
 comparison of two runs' records to float32 precision.
 
 This module is imported by name in the worker processes (they unpickle the loaders below), so
@@ -16,6 +17,7 @@ import os
 import pathlib
 import random
 import signal
+import time
 from typing import Any
 
 import gpt2np
@@ -99,10 +101,11 @@ def assert_same_records(got: list[dict[str, Any]], expected: list[dict[str, Any]
         assert math.isclose(g["perplexity"], e["perplexity"], rel_tol=2 * bound)
 
 
-class _Dying:
+class _Faulty:
     """A tokenizer that kills its own process (SIGKILL, as the OOM killer does) on a text that
     holds "DIE-ALWAYS", and on one that holds "DIE-ONCE" the first time any process sees it
-    (a file in ``marks`` remembers)."""
+    (a file in ``marks`` remembers); that takes two seconds over a text that holds "SLOW"; and
+    that otherwise, and then, encodes as ``tokenizer`` does."""
 
     def __init__(self, tokenizer: Any, marks: str) -> None:
         self.tokenizer, self.marks = tokenizer, marks
@@ -113,10 +116,12 @@ class _Dying:
             with open(once, "w"):
                 pass
             os.kill(os.getpid(), signal.SIGKILL)
+        if "SLOW" in text:
+            time.sleep(2)
         return list(self.tokenizer.encode(text, **kwargs))
 
 
-def load_dying(path: str, marks: str) -> gpt2np.GPT2:
-    """gpt2np.load(path), with a tokenizer that dies on marked texts (see _Dying)."""
+def load_faulty(path: str, marks: str) -> gpt2np.GPT2:
+    """gpt2np.load(path), with a tokenizer that dies or dawdles on marked texts (_Faulty)."""
     model = gpt2np.load(path)
-    return gpt2np.GPT2(model.hparams, model.params, tokenizer=_Dying(model.tokenizer, marks))
+    return gpt2np.GPT2(model.hparams, model.params, tokenizer=_Faulty(model.tokenizer, marks))
