@@ -184,6 +184,15 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie that no one has reaped yet has ended)."""
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
 @pytest.mark.skipif(not pathlib.Path("/proc/self/stat").exists(), reason="needs Linux's /proc")
 def test_resume_after_kill_9_at_random_points_equals_an_uninterrupted_run(model_dir, tmp_path):
     """The command is killed with SIGKILL when its output has reached a random number of
@@ -210,7 +219,7 @@ def test_resume_after_kill_9_at_random_points_equals_an_uninterrupted_run(model_
         assert proc.wait(30) == -signal.SIGKILL, proc.stderr.read()  # killed before the end
         assert jobs == "1" or workers
         deadline = time.monotonic() + 30
-        while any(pathlib.Path(f"/proc/{w}").exists() for w in workers):
+        while any(alive(w) for w in workers):
             assert time.monotonic() < deadline, "worker processes outlived their parent"
             time.sleep(0.05)
     proc = run_cli(str(corpus), "--out", str(out), *where)

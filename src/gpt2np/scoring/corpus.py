@@ -29,10 +29,10 @@ from ..support.progress import show_progress, tqdm
 from .records import Document, Loader, Settings, chunks, parse_line, score_documents
 from .records import line_digest as _digest
 from .resume import Output, fingerprint
-from .workers import WorkerPool
 
 if TYPE_CHECKING:
     from ..gpt2 import GPT2
+    from .workers import WorkerPool
 
 __all__ = ["CorpusSummary", "score_corpus"]
 
@@ -111,14 +111,7 @@ def score_corpus(
         settings (and TypeError/ValueError for bad arguments); a bad line of the input is an
         error record, not an exception.
     """
-    if isinstance(jobs, bool) or not isinstance(jobs, int):
-        raise TypeError(f"jobs must be an int, got {type(jobs).__name__}")
-    if jobs < 1:
-        raise ValueError(f"jobs must be at least 1, got {jobs}")
-    if str(out) == "-":
-        raise ValueError("the records go to a file, which a later run resumes, not to stdout")
-    if str(corpus) != "-" and os.path.realpath(corpus) == os.path.realpath(out):
-        raise ValueError(f"the output {out} is the input: write the records to another file")
+    _check_paths_and_jobs(corpus, out, jobs)
     if callable(model):
         loader: Optional[Loader] = model
         loaded = model()
@@ -144,9 +137,22 @@ def score_corpus(
                 bar.write(_resume_notice(output.path, summary))
             workers = None
             if loader is not None and jobs > 1:
+                from .workers import WorkerPool  # multiprocessing's machinery, when it is used
+
                 workers = functools.partial(WorkerPool, loader, settings, jobs)
             _score_chunks(chunks(docs), loaded, settings, workers, output, summary, bar)
     return summary
+
+
+def _check_paths_and_jobs(corpus: PathLike, out: PathLike, jobs: object) -> None:
+    if isinstance(jobs, bool) or not isinstance(jobs, int):
+        raise TypeError(f"jobs must be an int, got {type(jobs).__name__}")
+    if jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    if str(out) == "-":
+        raise ValueError("the records go to a file, which a later run resumes, not to stdout")
+    if str(corpus) != "-" and os.path.realpath(corpus) == os.path.realpath(out):
+        raise ValueError(f"the output {out} is the input: write the records to another file")
 
 
 def _score_chunks(
