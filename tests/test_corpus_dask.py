@@ -1,6 +1,7 @@
 """Scoring a corpus on a Dask cluster (gpt2np.scoring.score_bag): a LocalCluster of two worker
 processes scores a few hundred documents, read with dask.bag.read_text in several partitions,
-and gives the records of ``gpt2np score-corpus --jobs 1``; each worker loads the model once.
+and gives the records of ``gpt2np score-corpus --jobs 1``; a bag of texts (format="text")
+gives those of its documents; each worker loads the model once.
 
 The tier of its own (marker ``dask``, run with ``pytest -m dask``); it needs the extra
 ``pip install -e ".[dask]"`` and is skipped, saying so, without it."""

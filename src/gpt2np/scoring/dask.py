@@ -55,9 +55,10 @@ def score_bag(
     batch_size: Optional[int] = None,
 ) -> dask.bag.Bag:
     """A bag of the records of ``lines`` (a bag of str, or bytes, one line of the corpus each,
-    its "\\n" optional), in order, as :func:`gpt2np.scoring.score_corpus` writes them; lazy,
-    like any bag. ``loader``: a picklable zero-argument callable that returns the model, such
-    as ``functools.partial(gpt2np.load, path)``. The other arguments as for score_corpus."""
+    its "\\n" optional; with ``format="text"``, each a document's text), in order, as
+    :func:`gpt2np.scoring.score_corpus` writes them; lazy, like any bag. ``loader``: a
+    picklable zero-argument callable that returns the model, such as
+    ``functools.partial(gpt2np.load, path)``. The other arguments as for score_corpus."""
     import dask
     import dask.bag
 
