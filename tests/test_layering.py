@@ -44,6 +44,9 @@ TOP_LEVEL = {
     "erf", "layers", "attention", "block", "model",
 }  # fmt: skip
 RUNTIME_DEPENDENCIES = {"numpy", "regex", "requests", "tqdm"}
+#: Optional extras (pyproject's optional-dependencies) that a module may import inside its
+#: functions only, never when it is imported: the user installs them to use that module.
+OPTIONAL_IMPORTS: dict[str, set[str]] = {"scoring.dask": {"dask"}}
 #: Beyond the layers: what a module of a layer must never import at all.
 FORBIDDEN: dict[str, set[str]] = {
     "maths": {"regex", "requests", "tqdm"},  # the forward pass needs NumPy and nothing else
@@ -156,6 +159,8 @@ def violations(module: str) -> list[str]:
         else:
             stdlib = getattr(sys, "stdlib_module_names", None)  # Python 3.10+
             known = target in RUNTIME_DEPENDENCIES or target == "gpt2np"
+            if target in OPTIONAL_IMPORTS.get(module, ()):
+                known = line in _imports_inside_functions(module)
             if stdlib is not None and not known and target not in stdlib:
                 found.append(
                     f"{where}: imports {target}, neither the standard library nor one of the "
@@ -167,6 +172,31 @@ def violations(module: str) -> list[str]:
                 if hit:
                     found.append(f"{where}: gpt2np.{module} must not import {sorted(hit)}")
     return found
+
+
+def _imports_inside_functions(module: str) -> set[int]:
+    """The lines of ``module``'s imports that run only when a function of it is called."""
+    return _lines_inside_functions(ast.parse(MODULES[module].read_text(encoding="utf-8")))
+
+
+def _lines_inside_functions(tree: ast.AST) -> set[int]:
+    return {
+        node.lineno
+        for function in ast.walk(tree)
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for node in ast.walk(function)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    }
+
+
+def test_an_optional_extra_is_imported_inside_functions_only() -> None:
+    """gpt2np.scoring.dask imports dask, in its functions only; an import at the top of a
+    module, or in a class body, is not inside a function."""
+    dask_lines = {line for target, line in imports_of("scoring.dask") if target == "dask"}
+    assert dask_lines and dask_lines <= _imports_inside_functions("scoring.dask")
+    assert violations("scoring.dask") == []
+    source = "import dask\nclass C:\n    import dask\ndef f():\n    import dask.bag\n"
+    assert _lines_inside_functions(ast.parse(source)) == {5}
 
 
 def test_the_cli_modules_do_not_import_each_other_both_ways() -> None:

@@ -21,6 +21,8 @@ TEST_ONLY = (
     "hypothesis",
     "pytest",
     "safetensors",
+    "dask",
+    "distributed",
 )
 
 

@@ -34,7 +34,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from . import generate, golden, models, text
+from . import corpus, generate, golden, models, text
 from .common import read_stdin_text
 
 __all__ = ["build_parser", "main"]
@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"gpt2np {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
-    for commands in (generate, text, models, golden):
+    for commands in (generate, text, corpus, models, golden):
         commands.add_parsers(sub)
     for command in sub.choices.values():  # after the command too; SUPPRESS keeps a -q before it
         command.add_argument(
