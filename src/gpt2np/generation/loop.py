@@ -329,8 +329,8 @@ class _Run:
         if self.opts.max_time is not None and clock() - self.started > self.opts.max_time:
             return [(r, "length") for r in going]
         stop = np.zeros(len(live), dtype=bool)
+        rows = [np.array(self.seqs[r], dtype=np.int64) for r in live]  # with the new token
         for fn, form in self.criteria:
-            rows = [np.array(self.seqs[r], dtype=np.int64) for r in live]
             if form == "row":
                 said = [bool(fn(ids, s)) for ids, s in zip(rows, scores)]
             else:

@@ -99,11 +99,9 @@ def _count(minimum: int) -> Callable[[str, Any], int]:
     return lambda name, value: check_int(name, value, minimum=minimum)
 
 
-def _choice(values: tuple[Any, ...]) -> Callable[[str, Any], Any]:
-    def check(name: str, value: Any) -> Any:
-        if isinstance(value, bool) and True not in values:
-            raise ValueError(f"{name} must be one of {values}, got {value!r}")
-        if not any(value is v or (type(value) is type(v) and value == v) for v in values):
+def _choice(values: tuple[str, ...]) -> Callable[[str, Any], str]:
+    def check(name: str, value: Any) -> str:
+        if not isinstance(value, str) or value not in values:
             raise ValueError(f"{name} must be one of {values}, got {value!r}")
         return value
 
@@ -430,10 +428,9 @@ def _resolve(values: dict[str, Any], from_config: set[str], is_text: bool) -> Op
     chosen = _sampling(values, given, beams)
     n = _n(values, given)
     stops = values["stop"] or ()
-    _check_combinations(values, given, chosen, n, beams, bool(stops), is_text)
+    _check_combinations(values, chosen, n, beams, bool(stops), is_text)
     rules = {name: values[name] for name in processors.CHECKS if values[name] is not None}
     max_new, max_length = _length(values, given)
-    early = values["early_stopping"]
     return Options(
         max_new_tokens=max_new, max_length=max_length, sampling=chosen,
         penalties=Penalties(**rules), seed=values["seed"], n=n, stops=stops,
@@ -442,7 +439,7 @@ def _resolve(values: dict[str, Any], from_config: set[str], is_text: bool) -> Op
         pad_token_id=values["pad_token_id"] or 0, logprobs=values["logprobs"],
         logprobs_mode=values["logprobs_mode"], echo=values["echo"], stream=values["stream"],
         num_beams=values["num_beams"] or 1, length_penalty=_or(values["length_penalty"], 1.0),
-        early_stopping=False if early is None else early,
+        early_stopping=_or(values["early_stopping"], False),
     )  # fmt: skip
 
 
@@ -525,7 +522,6 @@ def _n(values: dict[str, Any], given: Callable[[str], bool]) -> int:
 
 def _check_combinations(
     values: dict[str, Any],
-    given: Callable[[str], bool],
     chosen: Sampling,
     n: int,
     beams: bool,
