@@ -21,8 +21,10 @@ Contents:
   score_context, score_stride   strided sliding window of HF's perplexity guide (window n_ctx)
   min_margin                    the smallest top-1 minus top-2 logit along every greedy path,
                                 checked to be large enough that float32 rounding cannot flip it
-  case/NAME/spec                JSON as uint8: {"model", "prompts", "eos", "kwargs"}: a decoding
-                                case, with gpt2np's own keyword arguments (CASES below)
+  case/NAME/spec                JSON as uint8: {"model", "prompts", "eos", "kwargs", "config",
+                                "ends"}: a decoding case, with gpt2np's own keyword arguments
+                                (CASES below), the generation_config.json both sides get as the
+                                model's defaults, and the ids that end a row
   case/NAME/ids, logprobs,      HF's results (tests/hf_reference.py: ids [R, N] with -1 after
   raw_logprobs, top_ids,        the end, compute_transition_scores, the top 5 of each step's
   top_logprobs, scores, margin  processed distribution, beam scores, the smallest margin)
@@ -33,7 +35,12 @@ The decoding cases cover sampling with a seed stream (HF's torch.multinomial rep
 inverse-CDF draw gpt2np makes, from the same uniforms: see tests/hf_reference.py), greedy
 decoding with HF's penalties, n-gram and bad-word rules, beam search (length penalties, the three
 early_stopping modes, <|endoftext|> finishing beams early, batches), and a "tie" model whose
-token TIE[0] has the embedding of TIE[1], so that their logits are exactly equal everywhere.
+token TIE[0] has the embedding of TIE[1], so that their logits are exactly equal everywhere;
+then HF's warpers min_p, typical_p, epsilon_cutoff, eta_cutoff and min_tokens_to_keep, its
+processors suppress_tokens, sequence_bias, forced_eos_token_id and
+exponential_decay_length_penalty, several end ids, a stopping criterion, max_time (on a clock
+that ticks a second per reading), HF's own keyword names (do_sample, max_length,
+num_return_sequences, pad_token_id) and a generation_config.json's defaults.
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ import transformers
 from make_golden_fixture import build_model, params_of  # beside this script
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-from hf_reference import min_margin, run_hf  # tests/hf_reference.py, shared with the tests
+from hf_reference import ends_of, min_margin, run_hf  # tests/hf_reference.py, shared with tests
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "generate_tiny.npz"
 HPARAMS = {"n_vocab": 384, "n_ctx": 48, "n_embd": 32, "n_head": 4, "n_layer": 2}
@@ -61,8 +68,9 @@ SCORE_LEN, SCORE_STRIDE = 130, 20
 MIN_MARGIN = 1e-3
 EOS = 143  # an id this random model often ranks high: beams end at different steps
 TIE = (50, 119)  # in the "tie" model wte[50] := wte[119]; 119 is on prompt 0's greedy path
-#: name -> (model, prompt indices or "unconditional", <|endoftext|> id, gpt2np's arguments)
-CASES: dict[str, tuple[str, object, object, dict]] = {
+#: name -> (model, prompt indices or "unconditional", <|endoftext|> id, gpt2np's arguments[,
+#: generation_config.json])
+CASES: dict[str, tuple] = {
     "sample_t08": ("main", [0], None, dict(max_new_tokens=20, temperature=0.8, seed=11)),
     "sample_k40_p09_n3": ("main", [1], None, dict(max_new_tokens=16, temperature=1.3, top_k=40,
                                                   top_p=0.9, seed=5, n=3)),
@@ -107,6 +115,36 @@ CASES: dict[str, tuple[str, object, object, dict]] = {
     "tie_greedy": ("tie", [0], None, dict(max_new_tokens=20, temperature=0)),
     "tie_beam4": ("tie", [0], EOS, dict(max_new_tokens=14, num_beams=4, n=4)),
     "tie_sample_k1": ("tie", [0], None, dict(max_new_tokens=16, top_k=1, seed=4)),
+    "greedy_eos_list": ("main", [0, 1], None, dict(max_new_tokens=20, temperature=0,
+                                                   eos_token_id=[143, 127])),
+    "sample_min_p": ("main", [1], None, dict(max_new_tokens=16, min_p=0.05, seed=6, n=2)),
+    "sample_typical": ("main", [0], None, dict(max_new_tokens=16, typical_p=0.8, seed=2, n=2)),
+    "sample_epsilon": ("main", [2], None, dict(max_new_tokens=16, epsilon_cutoff=0.01, seed=4)),
+    "sample_eta": ("main", [1], None, dict(max_new_tokens=16, eta_cutoff=0.01, seed=9)),
+    "sample_min_keep": ("main", [0], None, dict(max_new_tokens=16, temperature=0.7, top_p=0.2,
+                                                min_p=0.3, min_tokens_to_keep=4, seed=3, n=2)),
+    "greedy_suppress": ("main", [0], None, dict(max_new_tokens=20, temperature=0,
+                                                suppress_tokens=[119, 143])),
+    "greedy_sequence_bias": ("main", [1], None, dict(max_new_tokens=20, temperature=0,
+                                                     sequence_bias=[[[127], -4.0],
+                                                                    [[119, 119], -3.0],
+                                                                    [[271], 0.8]])),
+    "greedy_forced_eos": ("main", [0, 2], EOS, dict(max_new_tokens=9, temperature=0,
+                                                    forced_eos_token_id=EOS)),
+    "greedy_decay": ("main", [1], EOS, dict(max_new_tokens=20, temperature=0,
+                                            exponential_decay_length_penalty=[4, 1.6])),
+    "greedy_stop_on": ("main", [0, 1], None, dict(max_new_tokens=20, temperature=0,
+                                                  stop_on=[143, 127])),
+    "greedy_max_time": ("main", [0], None, dict(max_new_tokens=20, temperature=0, max_time=4.5,
+                                                clock_ticks=True)),
+    "hf_names": ("main", [1], None, dict(max_length=24, do_sample=True, top_k=30,
+                                         num_return_sequences=2, pad_token_id=0, seed=12)),
+    "config_sample": ("main", [0], None, dict(max_new_tokens=16, seed=7, n=2),
+                      {"do_sample": True, "top_k": 3, "repetition_penalty": 1.3,
+                       "eos_token_id": [143, 127]}),
+    "config_greedy_max_length": ("main", [0, 1], None, dict(),
+                                 {"max_length": 24, "do_sample": False,
+                                  "no_repeat_ngram_size": 2}),
 }  # fmt: skip
 
 
@@ -153,24 +191,23 @@ def strided_logprobs(model, ids: torch.Tensor, stride: int) -> tuple[np.ndarray,
 
 def decoding_cases(model, prompts: list[np.ndarray]) -> dict[str, np.ndarray]:
     """Every case of CASES run by HF, its margins checked, batches checked against each prompt
-    alone (HF's own consistency, which gpt2np's batches also promise)."""
+    alone (HF's own consistency, which gpt2np's batches also promise; not with max_length,
+    which counts a batch's longest prompt)."""
     tie = copy.deepcopy(model)
     with torch.no_grad():
         tie.transformer.wte.weight[TIE[0]] = tie.transformer.wte.weight[TIE[1]]
     models = {"main": model, "tie": tie}
     arrays: dict[str, np.ndarray] = {}
-    for name, (which, chosen, eos, kwargs) in CASES.items():
+    for name, (which, chosen, eos, kwargs, *rest) in CASES.items():
+        config = rest[0] if rest else None
         rows = [np.array([eos])] if chosen == "unconditional" else [prompts[i] for i in chosen]
-        got = run_hf(models[which], rows, kwargs, eos)
-        assert got["margin"] > min_margin(kwargs), f"{name}: a decision {got['margin']} from a tie"
-        if len(rows) > 1:
-            n = kwargs.get("n", 1)
-            for b, row in enumerate(rows):
-                alone = run_hf(models[which], [row], kwargs, eos)
-                mine = got["ids"][b * n : (b + 1) * n]
-                width = max(alone["ids"].shape[1], mine.shape[1])
-                assert (pad_to(mine, width) == pad_to(alone["ids"], width)).all(), (name, b)
-        spec = dict(model=which, prompts=chosen, eos=eos, kwargs=kwargs)
+        got = run_hf(models[which], rows, kwargs, eos, config)
+        margin = min_margin(kwargs, config)
+        assert got["margin"] > margin, f"{name}: a decision {got['margin']} from a tie"
+        if len(rows) > 1 and "max_length" not in {**(config or {}), **kwargs}:
+            check_alone(models[which], rows, kwargs, eos, config, got, name)
+        ends = ends_of(kwargs, (config or {}).get("eos_token_id", eos))
+        spec = dict(model=which, prompts=chosen, eos=eos, kwargs=kwargs, config=config, ends=ends)
         arrays[f"case/{name}/spec"] = np.frombuffer(json.dumps(spec).encode(), dtype=np.uint8)
         for key, value in got.items():
             arrays[f"case/{name}/{key}"] = value
@@ -178,6 +215,16 @@ def decoding_cases(model, prompts: list[np.ndarray]) -> dict[str, np.ndarray]:
     tie_ids = [arrays[f"case/{name}/ids"] for name in CASES if name.startswith("tie")]
     assert all((ids == TIE[0]).any() for ids in tie_ids), "the tie model's cases must meet a tie"
     return arrays
+
+
+def check_alone(model, rows, kwargs, eos, config, got, name) -> None:
+    """HF's batch gives what each prompt gives alone."""
+    n = {**(config or {}), **kwargs}.get("num_return_sequences", kwargs.get("n", 1))
+    for b, row in enumerate(rows):
+        alone = run_hf(model, [row], kwargs, eos, config)
+        mine = got["ids"][b * n : (b + 1) * n]
+        width = max(alone["ids"].shape[1], mine.shape[1])
+        assert (pad_to(mine, width) == pad_to(alone["ids"], width)).all(), (name, b)
 
 
 def pad_to(ids: np.ndarray, width: int) -> np.ndarray:

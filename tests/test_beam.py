@@ -60,6 +60,26 @@ def test_a_beam_as_wide_as_the_vocabulary_is_exhaustive_search(tiny_model):
     np.testing.assert_allclose([c.score for c in out], [total[ab] / 2 for ab in best], atol=1e-5)
 
 
+def test_with_two_end_ids_a_beam_ends_at_either(tiny_model):
+    """Exhaustive search over two steps where ids a and b both end a hypothesis: a hypothesis
+    that takes either first ends there (scored over one token), the others run two."""
+    prompt, V = [5, 9], tiny_model.hparams.n_vocab
+    lp1 = log_softmax(tiny_model.forward(prompt)[0][-1])  # [V]
+    seqs = np.array([[*prompt, a] for a in range(V)])
+    lp2 = log_softmax(tiny_model.forward(seqs)[0][:, -1])  # [V, V]
+    ends = [int(t) for t in np.argsort(-lp1)[[1, 3]]]  # ids the first step likes
+    scores = {(a,): lp1[a] for a in ends}  # ended after one token, length 1
+    scores.update({(a, b): (lp1[a] + lp2[a, b]) / 2 for a in range(V) if a not in ends
+                   for b in range(V)})  # fmt: skip
+    best = sorted(scores, key=lambda h: -scores[h])[:4]
+    out = generate(prompt, tiny_model, max_new_tokens=2, num_beams=V, n=4, logprobs=0,
+                   eos_token_id=ends)  # fmt: skip
+    want = [(h[:-1], "eot") if h[-1] in ends else (h, "length") for h in best]
+    assert [(tuple(c.ids), c.finish_reason) for c in out] == want
+    np.testing.assert_allclose([c.score for c in out], [scores[h] for h in best], atol=1e-5)
+    assert {c.finish_reason for c in out} == {"eot", "length"}
+
+
 def test_the_cache_is_reordered_in_place_after_one_prefill(tiny_model, monkeypatch):
     reorders, buffers = [], []
     real = KVCache.reorder

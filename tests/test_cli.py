@@ -3,6 +3,8 @@ random-weights model saved to a directory, plus in-process checks of the error h
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import pathlib
 import subprocess
@@ -147,7 +149,7 @@ def test_generate_unconditional_and_flag_errors(model, model_dir, home):
                               home=home), 1, "identical")  # fmt: skip
     assert_one_line_error(run("generate", "hi", "--repetition-penalty", "0", home=home), 2,
                           "--repetition-penalty")  # fmt: skip
-    assert_one_line_error(run("generate", "hi", "--bad-words-ids", "1,x", *where, home=home), 1,
+    assert_one_line_error(run("generate", "hi", "--bad-words-ids", "1,x", *where, home=home), 2,
                           "--bad-words-ids", "'x'")  # fmt: skip
     assert_one_line_error(run("generate", "hi", "--early-stopping", "yes", home=home), 2,
                           "--early-stopping")  # fmt: skip
@@ -275,3 +277,100 @@ def test_importing_dunder_main_does_not_run_the_cli():
     code = "import gpt2np.__main__; print('imported')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == "imported\n", proc
+
+
+# -- generate's flags are the generation options -----------------------------------------------
+
+
+def generate_parser() -> argparse.ArgumentParser:
+    return cli.build_parser()._subparsers._group_actions[0].choices["generate"]
+
+
+def test_generate_has_one_flag_per_option_with_the_options_help():
+    from gpt2np.generation.options import OPTIONS
+
+    actions = {a.dest: a for a in generate_parser()._actions}
+    for option in OPTIONS.values():
+        if option.flag is None:
+            assert option.name not in actions, option.name
+            continue
+        action = actions[option.name]
+        assert action.help == option.help, option.name
+        assert action.default is argparse.SUPPRESS  # not given: the model's or gpt2np's default
+
+
+@pytest.mark.parametrize(
+    "flag, value, keyword",
+    [("--top-p", "2", dict(top_p=2.0)), ("--temperature", "-1", dict(temperature=-1.0)),
+     ("--min-p", "1.5", dict(min_p=1.5)), ("--max-new-tokens", "-3", dict(max_new_tokens=-3)),
+     ("--repetition-penalty", "0", dict(repetition_penalty=0.0)),
+     ("--exponential-decay-length-penalty", "2,0",
+      dict(exponential_decay_length_penalty=(2, 0.0)))],
+)  # fmt: skip
+def test_a_bad_flag_is_refused_in_the_words_of_the_keyword_argument(
+    model, capsys, flag, value, keyword
+):
+    """One validator: the flag's message is the library's for the same value."""
+    with pytest.raises(ValueError) as library:
+        generate("hi", model, **keyword)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["generate", "hi", flag, value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpt2np: error: argument {flag}: {library.value}"), err
+
+
+def test_new_flags_give_what_their_keyword_arguments_give(model, model_dir, capsys):
+    base = ["generate", "The dog", "--model", str(model_dir), "--max-new-tokens", "8"]
+
+    def cli_out(*flags: str) -> str:
+        assert cli.main([*base, *flags]) == 0
+        return capsys.readouterr().out
+
+    cases = [
+        (("--min-p", "0.2", "--typical-p", "0.9", "--seed", "3"), dict(min_p=0.2, typical_p=0.9,
+                                                                       seed=3)),
+        (("--top-p", "0.5", "--top-p-rule", "openai", "--seed", "1"),
+         dict(top_p=0.5, top_p_rule="openai", seed=1)),
+        (("--do-sample", "false", "--suppress-tokens", "262 13", "--eos-token-id", "11,13"),
+         dict(do_sample=False, suppress_tokens=[262, 13], eos_token_id=[11, 13])),
+        (("--temperature", "0", "--exponential-decay-length-penalty", "2,1.5",
+          "--forced-eos-token-id", "0"), dict(temperature=0, forced_eos_token_id=0,
+                                              exponential_decay_length_penalty=(2, 1.5))),
+    ]  # fmt: skip
+    for flags, kw in cases:
+        assert cli_out(*flags) == generate("The dog", model, max_new_tokens=8, **kw) + "\n", flags
+    assert cli.main([*base[:4], "--max-length", "5", "--do-sample", "false"]) == 0
+    assert capsys.readouterr().out == generate("The dog", model, max_length=5, do_sample=False) + (
+        "\n"
+    )  # fmt: skip
+
+
+def test_generate_json_prints_one_object_per_completion(model, model_dir, capsys):
+    base = ["generate", "The dog", "--model", str(model_dir), "--max-new-tokens", "6", "--json"]
+
+    def json_lines(*flags: str) -> list[dict]:
+        assert cli.main([*base, *flags]) == 0
+        return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+    samples = generate("The dog", model, max_new_tokens=6, n=2, seed=2, logprobs=3)
+    assert json_lines("-n", "2", "--seed", "2", "--logprobs", "3") == [
+        s.to_dict() for s in samples
+    ]  # fmt: skip
+    beams = generate("The dog", model, max_new_tokens=6, num_beams=3, n=2, logprobs=0)
+    assert json_lines("--num-beams", "3", "-n", "2") == [b.to_dict() for b in beams]
+    assert beams[0].to_dict()["score"] == beams[0].score
+
+
+def test_generate_json_streams_pieces_as_json_lines(model, model_dir, capsys):
+    whole = generate("The dog", model, max_new_tokens=6, seed=4, logprobs=2, echo=True)
+    argv = ["generate", "The dog", "--model", str(model_dir), "--max-new-tokens", "6",
+            "--seed", "4", "--logprobs", "2", "--echo", "--json"]  # fmt: skip
+    assert cli.main(argv) == 0
+    pieces = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(pieces) > 2 and "".join(p["text"] for p in pieces) == whole.text
+    assert [t for p in pieces for t in p["ids"]] == whole.ids
+    assert [v for p in pieces for v in p["token_logprobs"]] == whole.to_dict()["token_logprobs"]
+    assert [p["finish_reason"] for p in pieces][-1] == whole.finish_reason
+    assert all(p["finish_reason"] is None for p in pieces[:-1])
+    assert pieces[0]["n_prompt"] == len(whole.ids) - 6 and pieces[0]["tokens"][0] == "The"

@@ -166,3 +166,19 @@ def test_bad_logprob_arguments(tiny_model, kw):
         generate([1], tiny_model, max_new_tokens=2, **kw)
     with pytest.raises(ValueError, match="n_vocab"):
         generate([1], tiny_model, max_new_tokens=2, logprobs=98)
+
+
+def test_a_completion_as_json(tiny_model, text_model):
+    """to_dict is JSON as it is (no NaN or infinity: a log-prob of −∞ is null), with the
+    tokens' text when the model has a tokenizer."""
+    import json
+
+    c = generate("The dog", text_model, max_new_tokens=4, seed=1, top_k=3, logprobs=5, echo=True)
+    d = json.loads(json.dumps(c.to_dict(), allow_nan=False))
+    assert d["text"] == c.text and d["ids"] == c.ids and d["n_prompt"] == c.n_prompt == 2
+    assert d["tokens"] == c.tokens and d["tokens"][0] == "The"
+    assert d["token_logprobs"][0] is None and d["token_logprobs"][2:] == c.token_logprobs[2:]
+    assert d["top_logprobs"][2] == [[t, v] for t, v in c.top_logprobs[2]]
+    assert d["finish_reason"] == c.finish_reason and d["logprob"] == pytest.approx(c.logprob)
+    ids = generate([1, 2], tiny_model, max_new_tokens=3, seed=1, logprobs=0).to_dict()
+    assert ids["text"] is None and ids["tokens"] is None and ids["score"] is None

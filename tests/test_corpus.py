@@ -363,7 +363,8 @@ def test_the_command_s_mistakes_are_one_line_errors(corpus, model_dir, tmp_path,
     where = ["--model", str(model_dir)]
     cases = [
         ([str(corpus), *where], 2, "the following arguments are required: --out"),
-        ([str(corpus), "--out", "o.jsonl", "--jobs", "0", *where], 2, "--jobs: must be > 0"),
+        ([str(corpus), "--out", "o.jsonl", "--jobs", "0", *where], 2,
+         "--jobs: the value must be >= 1"),
         ([str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o.jsonl"), *where], 1,
          "missing.jsonl"),
         ([str(corpus), "--out", str(corpus), *where], 1, "is the input"),

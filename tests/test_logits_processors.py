@@ -21,6 +21,7 @@ from gpt2np.generation.processors import (
     presence_frequency_penalty,
     repetition_penalty,
 )
+from tolerances import EPS32
 
 V = 12
 ids_strategy = st.lists(st.integers(0, V - 1), min_size=0, max_size=14)
@@ -76,10 +77,11 @@ def test_ban_sequences_is_hfs_bad_words_rule():
     ]  # fmt: skip
 
 
-def test_min_new_tokens_bans_eot_until_enough_are_generated():
-    assert min_new_tokens(np.zeros(V), 2, 3, eot=7)[7] == -np.inf
-    assert min_new_tokens(np.zeros(V), 3, 3, eot=7)[7] == 0
-    assert (min_new_tokens(np.zeros(V), 0, 3, eot=None) == 0).all()  # nothing to ban
+def test_min_new_tokens_bans_every_end_id_until_enough_are_generated():
+    assert min_new_tokens(np.zeros(V), 2, 3, ends=[7])[7] == -np.inf
+    assert (min_new_tokens(np.zeros(V), 2, 3, ends=[7, 2])[[2, 7]] == -np.inf).all()
+    assert min_new_tokens(np.zeros(V), 3, 3, ends=[7])[7] == 0
+    assert (min_new_tokens(np.zeros(V), 0, 3, ends=()) == 0).all()  # nothing to ban
 
 
 def test_apply_runs_the_rules_in_hfs_order_then_yours():
@@ -93,9 +95,9 @@ def test_apply_runs_the_rules_in_hfs_order_then_yours():
     p = check_penalties(repetition_penalty=2.0, presence_penalty=0.5, frequency_penalty=0.25,
                         no_repeat_ngram_size=2, bad_words_ids=[9], min_new_tokens=4,
                         logits_processors=mine)  # fmt: skip
-    z = np.full(V, 2.0)
+    z = np.full((1, V), 2.0)
     ids = np.array([5, 1, 5, 1])  # prompt [5, 1], then generated [5, 1]
-    out = p.apply(z.copy(), ids, n_prompt=2, eot=11)
+    out = p.apply(z.copy(), [ids], n_prompts=[2], ends=[11])[0]
     want = np.full(V, 2.0)
     want[[1, 5]] = 2.0 / 2.0 - 0.25 - 0.5  # repetition, then presence/frequency (counted once)
     want[5] = -np.inf  # [1, 5] is an earlier 2-gram
@@ -184,7 +186,7 @@ def test_bad_words_can_ban_endoftext_itself(tiny_model):
         (dict(repetition_penalty=-1.0), ValueError),
         (dict(repetition_penalty="2"), TypeError),
         (dict(presence_penalty=float("nan")), ValueError),
-        (dict(frequency_penalty=None), TypeError),
+        (dict(frequency_penalty="0"), TypeError),
         (dict(no_repeat_ngram_size=-1), ValueError),
         (dict(no_repeat_ngram_size=2.0), TypeError),
         (dict(min_new_tokens=True), TypeError),
@@ -218,8 +220,8 @@ def test_bad_word_outside_the_vocabulary_is_refused(tiny_model):
 def test_default_penalties_are_inactive_and_leave_logits_alone():
     assert not Penalties().active and check_penalties().active is False
     assert check_penalties(bad_words_ids=[1, [2, 3]]).bad_words_ids == ((1,), (2, 3))
-    z = logits_of(0)
-    np.testing.assert_array_equal(Penalties().apply(z.copy(), np.array([1, 2]), 1, 0), z)
+    z = logits_of(0)[None]
+    np.testing.assert_array_equal(Penalties().apply(z.copy(), [np.array([1, 2])], [1], [0]), z)
 
 
 # -- HF's own processors on the same inputs ----------------------------------------------------
@@ -246,8 +248,196 @@ def test_each_rule_equals_hfs_processor():
              lp.NoRepeatNGramLogitsProcessor(n)(ids_t, z_t.clone())),
             (ban_sequences(z.astype(np.float64), ids, bad),
              lp.NoBadWordsLogitsProcessor(bad, eos_token_id=None)(ids_t, z_t.clone())),
-            (min_new_tokens(z.astype(np.float64), T - 2, 5, eot=3),
+            (min_new_tokens(z.astype(np.float64), T - 2, 5, ends=[3]),
              lp.MinNewTokensLengthLogitsProcessor(2, 5, eos_token_id=3)(ids_t, z_t.clone())),
         ]  # fmt: skip
         for ours, theirs in cases:
             np.testing.assert_allclose(ours, theirs[0].double().numpy(), rtol=1e-6, err_msg=trial)
+
+
+# -- HF's own test vectors (tests/generation/test_logits_process.py in transformers) -----------
+
+
+def apply_rows(p: Penalties, logits: np.ndarray, ids: np.ndarray, n_prompt: int = 0, **kw):
+    """Penalties on a batch whose rows all have ``n_prompt`` prompt tokens."""
+    rows = [np.asarray(r, dtype=np.int64) for r in ids]
+    return p.apply(np.array(logits, dtype=np.float64), rows, [n_prompt] * len(rows), **kw)
+
+
+def test_hfs_sequence_bias_vector():
+    ids = np.array([[0, 1, 3, 1], [0, 1, 0, 1]])
+    bias = {(1,): 100.0, (4,): 100.0, (1, 0): -100.0, (0, 1, 2): -100.0, (1, 3, 1, 3): -100.0,
+            (1, 3, 1, 3, 1, 3): -100.0}  # fmt: skip
+    out = apply_rows(check_penalties(sequence_bias=bias), np.zeros((2, 5)), ids)
+    assert out.tolist() == [[-100, 100, 0, -100, 100], [-100, 100, -100, 0, 100]]
+    as_list = [[list(k), v] for k, v in bias.items()]  # generation_config.json's form
+    assert (apply_rows(check_penalties(sequence_bias=as_list), np.zeros((2, 5)), ids) == out).all()
+
+
+def test_hfs_forced_eos_vector():
+    """max_length 5 (prompt and new tokens; here no prompt): at length 4 everything but the
+    end id is −∞ and it is 0; at length 3 nothing changes."""
+    p = check_penalties(forced_eos_token_id=0)
+    uniform = np.full((4, 20), 1 / 20)
+    rng = np.random.default_rng(0)
+    out = apply_rows(p, uniform, rng.integers(0, 20, (4, 4)), max_new_tokens=5)
+    assert np.isneginf(out[:, 1:]).all() and (out[:, 0] == 0).all()
+    out = apply_rows(p, uniform, rng.integers(0, 20, (4, 3)), max_new_tokens=5)
+    assert not np.isinf(out).any()
+
+
+def test_hfs_exponential_decay_vector():
+    """Start 5, factor 1.1, a 2-token prompt: nothing before, the end id's score raised after
+    (a negative score too), by |z| · (1.1^(n - 5) − 1) for n new tokens."""
+    p = check_penalties(exponential_decay_length_penalty=(5, 1.1))
+    rng = np.random.default_rng(0)
+    uniform = np.full((4, 20), 1 / 20)
+    before = apply_rows(p, uniform, rng.integers(0, 20, (4, 2)), n_prompt=2, ends=[0])
+    assert (before == uniform).all()
+    for sign in (1, -1):
+        z = sign * uniform
+        after = apply_rows(p, z, rng.integers(0, 20, (4, 20)), n_prompt=2, ends=[0])
+        assert (after[:, 0] > z[:, 0]).all()
+        np.testing.assert_allclose(after[:, 0], z[:, 0] + abs(z[:, 0]) * (1.1 ** (18 - 5) - 1))
+        assert (after[:, 1:] == z[:, 1:]).all()
+
+
+def test_hfs_min_new_tokens_vectors_with_two_end_ids():
+    """Prompt length 5 and min_new_tokens 3: both end ids [0, 18] are −∞ at lengths 5, 6
+    and 7, free at 8 and 15."""
+    p = check_penalties(min_new_tokens=3)
+    rng = np.random.default_rng(0)
+    for length in (5, 6, 7, 8, 15):
+        out = apply_rows(p, np.full((4, 20), 0.05), rng.integers(0, 20, (4, length)),
+                         n_prompt=5, ends=[0, 18])  # fmt: skip
+        assert np.isneginf(out[:, [0, 18]]).all() == (length < 8), length
+        assert not np.isinf(out[:, 1:18]).any()
+
+
+def test_suppressed_tokens_are_never_chosen(tiny_model):
+    out = apply_rows(check_penalties(suppress_tokens=[1, 3]), np.zeros((2, 5)), [[0], [4]])
+    assert np.isneginf(out[:, [1, 3]]).all() and (out[:, [0, 2, 4]] == 0).all()
+    free = generate([1, 2], tiny_model, max_new_tokens=12, temperature=0)
+    out = generate([1, 2], tiny_model, max_new_tokens=12, temperature=0, suppress_tokens=free[:2])
+    assert not set(free[:2]) & set(out)
+
+
+@pytest.mark.parametrize(
+    "name, good, bad",
+    [("sequence_bias", {(1,): 2.0}, {(1,): "a"}), ("sequence_bias", [[[1, 2], -1.0]], [[[], 1.0]]),
+     ("sequence_bias", {(3,): 1}, 5), ("suppress_tokens", [1, 2], [-1]),
+     ("suppress_tokens", (4,), "1"), ("forced_eos_token_id", 1, 1.0),
+     ("exponential_decay_length_penalty", (1, 1.5), (1, 0.0)),
+     ("exponential_decay_length_penalty", [0, 2.0], (-1, 1.5)),
+     ("exponential_decay_length_penalty", (2, 0.5), 3)],
+)  # fmt: skip
+def test_bad_arguments_of_the_new_rules(name, good, bad):
+    assert getattr(check_penalties(**{name: good}), name)
+    with pytest.raises((ValueError, TypeError), match=name):
+        check_penalties(**{name: bad})
+
+
+def test_ids_outside_the_vocabulary_are_refused(tiny_model):
+    for kw in (dict(suppress_tokens=[97]), dict(sequence_bias={(1, 97): 1.0}),
+               dict(forced_eos_token_id=[97])):  # fmt: skip
+        with pytest.raises(ValueError, match=f"{next(iter(kw))}: token id 97"):
+            generate([1], tiny_model, max_new_tokens=2, **kw)
+
+
+# -- your own processors: per row, or of the whole batch ---------------------------------------
+
+
+def test_a_batched_processor_is_the_same_rule_as_its_per_row_twin(tiny_model):
+    from gpt2np.generation import batched
+
+    def per_row(ids, logits):  # ids [T], logits [V]
+        logits[ids[-1]] -= 3.0
+        return logits
+
+    def whole_batch(ids, logits):  # ids [B, T] left-padded, logits [B, V]
+        assert ids.ndim == 2 and logits.shape == (len(ids), 97)
+        logits[np.arange(len(ids)), ids[:, -1]] -= 3.0
+        return logits
+
+    prompts = [[1, 2, 3], [4], [5, 6]]
+    for kw in (dict(temperature=0), dict(seed=3, n=2), dict(num_beams=3)):
+        a = generate(prompts, tiny_model, max_new_tokens=8, logits_processors=per_row, **kw)
+        b = generate(prompts, tiny_model, max_new_tokens=8,
+                     logits_processors=[batched(whole_batch)], **kw)  # fmt: skip
+        assert a == b, kw
+    padded = []
+    record = batched(lambda ids, logits: padded.append(ids.copy()) or logits)
+    generate(prompts, tiny_model, max_new_tokens=1, temperature=0, logits_processors=record,
+             pad_token_id=95)  # fmt: skip
+    assert padded[0].tolist() == [[1, 2, 3], [95, 95, 4], [95, 5, 6]]
+
+
+def test_the_form_is_told_by_the_documented_rule():
+    """An object of a class derived from transformers' LogitsProcessor is HF's batched form; a
+    batched() function NumPy's batched form; anything else, whatever its names, per row."""
+    from gpt2np.generation import batched
+    from gpt2np.generation.processors import HF_PROCESSOR_BASES, form_of
+
+    class LogitsProcessor:  # same name, not HF's class
+        def __call__(self, ids, logits):
+            return logits
+
+    class Mine(LogitsProcessor):
+        pass
+
+    assert form_of(Mine(), HF_PROCESSOR_BASES) == "row"
+    assert form_of(lambda ids, z: z, HF_PROCESSOR_BASES) == "row"
+    assert form_of(batched(lambda ids, z: z), HF_PROCESSOR_BASES) == "batched"
+    HF = type("LogitsProcessor", (), {"__module__": "transformers.generation.logits_process"})
+    assert form_of(type("Yours", (HF,), {})(), HF_PROCESSOR_BASES) == "hf"
+    with pytest.raises(TypeError, match="batched"):
+        batched(3)
+
+
+@pytest.mark.oracle
+def test_hfs_processor_objects_are_taken_as_they_are(tiny_model):
+    """HF's own processors (and a LogitsProcessorList) in logits_processors give what the same
+    rules give built in."""
+    pytest.importorskip("torch")
+    from transformers.generation import logits_process as lp
+
+    kw = dict(max_new_tokens=10, temperature=0)
+    prompts = [[1, 2, 3], [4]]
+    builtin = generate(prompts, tiny_model, repetition_penalty=1.5, suppress_tokens=[7], **kw)
+    hf = [lp.RepetitionPenaltyLogitsProcessor(1.5), lp.SuppressTokensLogitsProcessor([7])]
+    assert generate(prompts, tiny_model, logits_processors=hf, **kw) == builtin
+    assert generate(prompts, tiny_model, logits_processors=lp.LogitsProcessorList(hf), **kw) == (
+        builtin
+    )  # fmt: skip
+
+
+@pytest.mark.oracle
+def test_each_new_rule_equals_hfs_processor():
+    torch = pytest.importorskip("torch")
+    lp = pytest.importorskip("transformers.generation.logits_process")
+    rng = np.random.default_rng(1)
+    for trial in range(100):
+        T, P = int(rng.integers(2, 12)), int(rng.integers(1, 4))
+        ids = rng.integers(0, 6, size=(2, T))
+        z = (rng.normal(size=(2, V)) * 3).astype(np.float32)
+        ends = sorted({int(t) for t in rng.integers(0, V, size=2)})
+        bias = {tuple(int(t) for t in rng.integers(0, 6, size=int(rng.integers(1, 3)))): float(b)
+                for b in rng.normal(size=3)}  # fmt: skip
+        decay = (int(rng.integers(0, 5)), float(rng.uniform(0.8, 2.0)))
+        cases = [
+            (dict(sequence_bias=bias), {}, lp.SequenceBiasLogitsProcessor(
+                [[list(k), v] for k, v in bias.items()])),
+            (dict(suppress_tokens=ends), {}, lp.SuppressTokensLogitsProcessor(ends)),
+            (dict(forced_eos_token_id=ends), dict(max_new_tokens=T - P + 1),
+             lp.ForcedEOSTokenLogitsProcessor(T + 1, ends)),
+            (dict(exponential_decay_length_penalty=decay), dict(ends=ends),
+             lp.ExponentialDecayLengthPenalty(decay, ends, P)),
+        ]  # fmt: skip
+        for rule, kw, theirs in cases:
+            ours = apply_rows(check_penalties(**rule), z, ids, n_prompt=P, **kw)
+            want = theirs(torch.from_numpy(ids), torch.from_numpy(z.copy())).double().numpy()
+            # HF adds in float32: one rounding of each operand and of the sum
+            bound = 2 * EPS32 * (np.abs(z) + np.abs(ours))
+            both = np.isfinite(want)
+            assert (np.isfinite(ours) == both).all(), (trial, rule)
+            assert (np.abs(ours[both] - want[both]) <= bound[both]).all(), (trial, rule)

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from gpt2np.generation.sampling import (
+    TOP_P_RULES,
+    Sampling,
     check_sampling_args,
     filter_logits,
     log_probabilities,
@@ -267,3 +269,177 @@ def test_log_probabilities_are_the_log_of_the_sampled_distribution():
 def test_top_k_indices_is_a_stable_descending_sort(x, k):
     want = np.argsort(-x, kind="stable")[:k]
     np.testing.assert_array_equal(top_k_indices(x, k), want)
+
+
+# -- top-p: HF's rule (the default) and OpenAI's -------------------------------------------------
+
+
+def test_the_two_top_p_rules_on_the_example_where_they_differ():
+    """HF keeps the fewest tokens whose mass reaches p, OpenAI's src/sample.py the most whose
+    mass stays within p: with [0.05, 0.5, 0.15, 0.3] and p = 0.51, {1, 3} against {1}."""
+    logits = np.log(np.array([0.05, 0.5, 0.15, 0.3]))
+    assert kept(top_p_logits(logits, 0.51)) == [1, 3]
+    assert kept(top_p_logits(logits, 0.51, "hf")) == [1, 3]
+    assert kept(top_p_logits(logits, 0.51, "openai")) == [1]
+    assert kept(top_p_logits(logits, 0.81, "openai")) == [1, 3]
+    assert kept(top_p_logits(logits, 0.49, "openai")) == [1]  # at least one
+    probs = probabilities(logits, 1.0, top_p=0.51, top_p_rule="openai")
+    np.testing.assert_allclose(probs, [0, 1, 0, 0])
+    with pytest.raises(ValueError, match="top_p_rule must be one of"):
+        probabilities(logits, 1.0, top_p=0.5, top_p_rule="tf")
+
+
+def openai_top_p_logits(logits: np.ndarray, p: float) -> np.ndarray:
+    """OpenAI's ``top_p_logits`` (src/sample.py) transcribed op for op into NumPy:
+    tf.sort descending, tf.nn.softmax, tf.cumsum, the number of entries <= p less one (at least
+    0), tf.gather_nd of that sorted logit, tf.where(logits < it, -1e10, logits)."""
+    batch = logits.shape[0]
+    sorted_logits = -np.sort(-logits, axis=-1)
+    e = np.exp(sorted_logits - sorted_logits.max(axis=-1, keepdims=True))
+    cumulative_probs = np.cumsum(e / e.sum(axis=-1, keepdims=True), axis=-1)
+    indices = np.stack(
+        [np.arange(batch), np.maximum((cumulative_probs <= p).astype(np.int32).sum(-1) - 1, 0)],
+        axis=-1,
+    )
+    min_values = sorted_logits[indices[:, 0], indices[:, 1]][:, None]
+    return np.where(logits < min_values, np.ones_like(logits) * -1e10, logits)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(2, 12)),
+           elements=st.floats(-8, 8)),
+    st.floats(0.01, 0.99),
+)  # fmt: skip
+def test_the_openai_rule_is_openais_top_p_logits(logits, p):
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    mass = np.cumsum(-np.sort(-probs / probs.sum(-1, keepdims=True), axis=-1), axis=-1)
+    if np.any(np.abs(mass - p) < 1e-9):  # p exactly at a cumulative edge: rounding decides
+        return
+    ours = np.isfinite(top_p_logits(logits, p, "openai"))
+    theirs = openai_top_p_logits(logits, p) > -1e10
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_generate_draws_from_the_rule_asked_for(tiny_model):
+    from gpt2np.generation.loop import generate
+
+    prompt = [3, 1, 4]
+    logits = tiny_model.forward(prompt)[0][-1]
+    for rule in TOP_P_RULES:
+        support = set(kept(top_p_logits(logits.astype(np.float64), 0.6, rule)))
+        draws = generate(prompt, tiny_model, max_new_tokens=1, top_p=0.6, top_p_rule=rule,
+                         n=400, seed=0)  # fmt: skip
+        assert {d[0] for d in draws} == support, rule
+    assert set(kept(top_p_logits(logits.astype(np.float64), 0.6, "openai"))) < set(
+        kept(top_p_logits(logits.astype(np.float64), 0.6, "hf"))
+    )  # fmt: skip
+
+
+# -- HF's own test vectors (tests/generation/test_logits_process.py in transformers) -----------
+
+
+def survivors(filtered: np.ndarray, dist: np.ndarray) -> np.ndarray:
+    """exp of the input where the filter kept it, 0 where it removed it: what HF's tests
+    compare (HF's warpers return the kept logits as they were; ours less the row's maximum)."""
+    with np.errstate(divide="ignore"):
+        return np.where(np.isfinite(filtered), np.exp(dist), 0.0)
+
+
+def ramp(batch: int = 2, V: int = 10) -> np.ndarray:
+    """HF's ramp logits: arange(V) - V // 2 per row, the second row times 100."""
+    logits = np.tile(np.arange(V, dtype=np.float64) - V // 2, (batch, 1))
+    logits[1] *= 100.0
+    return logits
+
+
+def test_hfs_top_k_vectors():
+    logits = np.tile(np.arange(10, dtype=np.float64), (2, 1))
+    logits[1, :5] += 10
+    out = Sampling(top_k=3).filter(logits)
+    assert np.isinf(out[0]).tolist() == 7 * [True] + 3 * [False]
+    assert np.isinf(out[1]).tolist() == 2 * [True] + 3 * [False] + 5 * [True]
+    uniform = np.full((2, 5), 0.2)
+    assert not np.isinf(Sampling(top_k=1, min_tokens_to_keep=3).filter(uniform)).any()
+    ramp5 = np.tile(np.arange(5, dtype=np.float64), (2, 1))
+    assert (np.isinf(Sampling(top_k=1, min_tokens_to_keep=3).filter(ramp5)).sum(-1) == 2).all()
+
+
+def test_hfs_top_p_vectors():
+    """HF's vector has p = 0.8, which puts its first row exactly on a cumulative boundary
+    (0.5 + 0.3), decided by float32 rounding in HF (float64 here); 0.79 is the vector off it."""
+    dist = np.log(np.array([[0.3, 0.1, 0.1, 0.5], [0.15, 0.3, 0.3, 0.25]]))
+    filtered = survivors(Sampling(top_p=0.79).filter(dist), dist)
+    np.testing.assert_allclose(filtered, [[0.3, 0, 0, 0.5], [0, 0.3, 0.3, 0.25]], atol=1e-3)
+    kept_ = np.isfinite(Sampling(top_p=0.9, min_tokens_to_keep=2).filter(ramp()))
+    assert kept_.sum(-1).tolist() == [3, 2]
+
+
+def test_hfs_min_p_vectors():
+    dist = np.log(np.array([[0.9, 0.0274, 0.047, 0.0274], [0.15, 0.3, 0.3, 0.25],
+                            [0.97, 0.01, 0.01, 0.01]]))  # fmt: skip
+    filtered = survivors(Sampling(min_p=0.05).filter(dist), dist)
+    np.testing.assert_allclose(
+        filtered, [[0.9, 0, 0.047, 0], [0.15, 0.3, 0.3, 0.25], [0.97, 0, 0, 0]], atol=1e-3
+    )
+    kept_ = np.isfinite(Sampling(min_p=0.9, min_tokens_to_keep=2).filter(ramp()))
+    assert kept_.sum(-1).tolist() == [2, 2]
+
+
+def test_hfs_typical_p_vectors():
+    dist = np.log(np.array([[0.97, 0.01, 0.01, 0.01], [0.4, 0.2, 0.2, 0.2]]))
+    filtered = survivors(Sampling(typical_p=0.5).filter(dist), dist)
+    np.testing.assert_allclose(filtered, [[0.97, 0, 0, 0], [0, 0.2, 0.2, 0.2]], atol=1e-3)
+    uniform = np.full((2, 5), 0.2)
+    assert not np.isinf(Sampling(typical_p=0.5, min_tokens_to_keep=3).filter(uniform)).any()
+    kept_ = np.isfinite(Sampling(typical_p=0.7, min_tokens_to_keep=2).filter(ramp()))
+    assert kept_.sum(-1).tolist() == [2, 2]
+
+
+def test_hfs_epsilon_vectors():
+    dist = np.log(np.array([[0.87, 0.099, 0.001, 0.03], [0.4, 0.299, 0.101, 0.2]]))
+    filtered = survivors(Sampling(epsilon_cutoff=0.1).filter(dist), dist)
+    np.testing.assert_allclose(filtered, [[0.87, 0, 0, 0], [0.4, 0.299, 0.101, 0.2]], atol=1e-3)
+    kept_ = np.isfinite(Sampling(epsilon_cutoff=5e-2, min_tokens_to_keep=2).filter(ramp()))
+    assert kept_.sum(-1).tolist() == [3, 2]
+
+
+def test_hfs_eta_vectors():
+    with np.errstate(divide="ignore"):
+        dist = np.log(np.array([[0.0, 0.1, 0.8, 0.1], [0.01, 0.04, 0.9, 0.05]]))
+    filtered = survivors(Sampling(eta_cutoff=0.0625).filter(dist), dist)
+    np.testing.assert_allclose(filtered, [[0, 0.1, 0.8, 0.1], [0, 0, 0.9, 0]], atol=1e-3)
+    kept_ = np.isfinite(Sampling(eta_cutoff=0.1, min_tokens_to_keep=2).filter(ramp()))
+    assert kept_.sum(-1).tolist() == [2, 2]
+
+
+@pytest.mark.parametrize(
+    "fields", [dict(min_p=1.5), dict(typical_p=0.0), dict(epsilon_cutoff=-0.1),
+               dict(eta_cutoff="0.1"), dict(min_tokens_to_keep=0), dict(top_p_rule="HF")],
+)  # fmt: skip
+def test_bad_filter_arguments(fields):
+    with pytest.raises((ValueError, TypeError), match=next(iter(fields))):
+        check_sampling_args(1.0, 0, 1.0, **fields)
+
+
+@pytest.mark.oracle
+def test_each_filter_equals_hfs_warper_on_random_logits():
+    torch = pytest.importorskip("torch")
+    lp = pytest.importorskip("transformers.generation.logits_process")
+    rng = np.random.default_rng(0)
+    for trial in range(30):
+        z = (rng.normal(size=(3, 40)) * rng.uniform(0.5, 4)).astype(np.float32)
+        m = int(rng.integers(1, 4))
+        p, mp = float(rng.uniform(0.2, 0.95)), float(rng.uniform(0.01, 0.3))
+        eps = float(rng.uniform(1e-3, 0.05))
+        pairs = [(dict(top_p=p), lp.TopPLogitsWarper(p, min_tokens_to_keep=m)),
+                 (dict(min_p=mp), lp.MinPLogitsWarper(mp, min_tokens_to_keep=m)),
+                 (dict(typical_p=p), lp.TypicalLogitsWarper(p, min_tokens_to_keep=m)),
+                 (dict(epsilon_cutoff=eps), lp.EpsilonLogitsWarper(eps, min_tokens_to_keep=m)),
+                 (dict(eta_cutoff=eps), lp.EtaLogitsWarper(eps, min_tokens_to_keep=m))]  # fmt: skip
+        for fields, warper in pairs:
+            ours = Sampling(min_tokens_to_keep=m, **fields).filter(z.astype(np.float64))
+            theirs = warper(None, torch.from_numpy(z.astype(np.float64))).numpy()
+            z64 = z - z.max(-1, keepdims=True)  # ours subtracts the row max first (T = 1)
+            np.testing.assert_array_equal(np.isinf(ours), np.isinf(theirs), err_msg=(trial, fields))
+            np.testing.assert_allclose(ours[np.isfinite(ours)], z64[np.isfinite(ours)], rtol=1e-6)

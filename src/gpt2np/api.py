@@ -22,7 +22,7 @@ import numpy as np
 
 from .checkpoint import load_dir, load_files, save_dir
 from .errors import CheckpointError
-from .generation import loop as generation
+from .generation import options as options_module
 from .gpt2 import GPT2
 from .hparams import HPARAMS
 from .params import map_params
@@ -249,45 +249,33 @@ def generate(
     *,
     model: Union[PathLike, GPT2] = "124M",
     dtype: Any = None,
-    **kwargs: Any,
+    **options: Any,
 ) -> Any:
     """:meth:`gpt2np.GPT2.generate` with the model given as a :class:`GPT2`, or as a name
     ("124M") or directory for :func:`load`, loaded once per process and ``dtype`` and reused.
     The same positional arguments as ``model.generate`` (prompt, max_new_tokens) and the same
-    keyword arguments (see :func:`gpt2np.generation.loop.generate`); ``progress``
-    (:mod:`gpt2np.support.progress`) goes to the loading and the generation. ``max_new_tokens=None``
-    takes the model's default (its generation_config.json's, else 50).
+    keyword arguments (:data:`gpt2np.generation.options.OPTIONS`, listed below); ``progress``
+    (:mod:`gpt2np.support.progress`) goes to the loading and the generation.
 
-    The arguments are checked before a named model is loaded (and perhaps downloaded).
+    The arguments are checked before a named model is loaded (and perhaps downloaded); the
+    model's generation_config.json then gives the defaults the call left out.
     """
     if isinstance(max_new_tokens, (str, os.PathLike, GPT2)):
         raise TypeError(
             "the second argument of gpt2np.generate is max_new_tokens, as in model.generate; "
             f"pass the model as model={max_new_tokens!r}"
         )
-    unknown = set(kwargs) - _GENERATE_KEYWORDS
-    if unknown:
-        raise TypeError(f"gpt2np.generate() got an unexpected keyword argument {min(unknown)!r}")
-    progress = show_progress(kwargs.pop("progress", None))
-    checked = 0 if max_new_tokens is None else max_new_tokens  # the model's default is an int
-    generation.check_args(prompt, max_new_tokens=checked, **kwargs)
+    progress = show_progress(options.pop("progress", None))
+    options["max_new_tokens"] = max_new_tokens
+    options_module.check_args(prompt, **options)  # the call's own values, before any load
     resolved = _resolve_model(model, dtype, progress)
-    return resolved.generate(prompt, max_new_tokens, progress=progress, **kwargs)
+    return resolved.generate(prompt, progress=progress, **options)
 
 
-def _signature() -> tuple[inspect.Signature, set[str]]:
-    """generate's full signature for help() and inspect (its own **kwargs are
-    generation.generate's keyword arguments), and their names."""
-    own = list(inspect.signature(generate).parameters.values())[:-1]  # without **kwargs
-    theirs = [
-        p
-        for name, p in inspect.signature(generation.generate).parameters.items()
-        if p.kind is inspect.Parameter.KEYWORD_ONLY and name != "max_new_tokens"
-    ]
-    return inspect.Signature([*own, *theirs]), {p.name for p in theirs}
-
-
-generate.__signature__, _GENERATE_KEYWORDS = _signature()  # type: ignore[attr-defined]  # not in typeshed's FunctionType
+generate.__signature__ = options_module.signature(  # type: ignore[attr-defined]  # not in typeshed's FunctionType
+    list(inspect.signature(generate).parameters.values())[:-1]  # without **options
+)
+generate.__doc__ = (generate.__doc__ or "") + options_module.describe()
 
 
 def _resolve_model(model: Any, dtype: Any, progress: Optional[bool] = None) -> GPT2:

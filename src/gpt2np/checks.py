@@ -7,7 +7,6 @@ comes out as the arrays the maths expects, or as a ValueError / TypeError saying
 
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 import numpy as np
@@ -16,6 +15,7 @@ import numpy.typing as npt
 from .fast.kvcache import KVCache
 from .hparams import HParams
 from .model import past_shape
+from .support.checks import check_int
 
 __all__ = [
     "check_cache",
@@ -137,10 +137,6 @@ def check_cache(cache: Any, hparams: HParams, dtype: np.dtype, batch: int, T: in
 
 
 def check_index(name: str, value: Any) -> int:
-    """An int (or NumPy integer); int() would turn 5.7 into 5 silently, and True into 1."""
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {value!r}") from None
+    """An int (or NumPy integer); int() would turn 5.7 into 5 silently, and True into 1
+    (:func:`gpt2np.support.checks.check_int`)."""
+    return check_int(name, value)

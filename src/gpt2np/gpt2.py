@@ -16,7 +16,8 @@ import numpy as np
 from . import checks
 from .fast.kernels import CLEAR, FAST
 from .fast.kvcache import KVCache
-from .generation.loop import generate
+from .generation.loop import generate, new_tokens
+from .generation.options import describe
 from .golden.trace import Names, Trace, trace
 from .hparams import HParams
 from .model import forward
@@ -116,9 +117,10 @@ class GPT2:
 
     @property
     def eot_token(self) -> Optional[int]:
-        """The id that ends a text (``<|endoftext|>``): generation_config.json's eos_token_id
-        (the first, if it lists several), else the tokenizer's when one was given or loaded,
-        GPT-2's 50256 for its 50257-token vocabulary, else None (nothing ends early)."""
+        """The id that ends a text (``<|endoftext|>``) and starts an unconditional sample:
+        generation_config.json's eos_token_id (the first, if it lists several: generate ends a
+        row at any of them), else the tokenizer's when one was given or loaded, GPT-2's 50256
+        for its 50257-token vocabulary, else None (nothing ends early)."""
         eos = self.generation_config.get("eos_token_id")
         if eos is not None:
             return eos if isinstance(eos, int) else eos[0]
@@ -204,83 +206,79 @@ class GPT2:
         prompt: Any = None,
         max_new_tokens: Optional[int] = None,
         *,
-        temperature: Optional[float] = None,
-        top_k: int = 0,
-        top_p: float = 1.0,
-        seed: Any = None,
-        stop: Any = None,
-        stream: bool = False,
+        max_length: Optional[int] = None,
+        min_new_tokens: Optional[int] = None,
+        eos_token_id: Union[int, Sequence[int], None] = None,
+        stop: Union[str, Sequence[str], None] = None,
+        stopping_criteria: Any = None,
+        max_time: Optional[float] = None,
         context: str = "error",
+        do_sample: Optional[bool] = None,
+        temperature: Optional[float] = None,
+        top_k: Optional[int] = None,
+        top_p: Optional[float] = None,
+        top_p_rule: str = "hf",
+        min_p: Optional[float] = None,
+        typical_p: Optional[float] = None,
+        epsilon_cutoff: Optional[float] = None,
+        eta_cutoff: Optional[float] = None,
+        min_tokens_to_keep: int = 1,
+        seed: Union[int, np.random.Generator, None] = None,
         n: int = 1,
         num_return_sequences: Optional[int] = None,
+        repetition_penalty: Optional[float] = None,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        no_repeat_ngram_size: Optional[int] = None,
+        bad_words_ids: Optional[Sequence[Any]] = None,
+        suppress_tokens: Optional[Sequence[int]] = None,
+        sequence_bias: Any = None,
+        forced_eos_token_id: Union[int, Sequence[int], None] = None,
+        exponential_decay_length_penalty: Optional[tuple[int, float]] = None,
+        logits_processors: Any = None,
+        num_beams: Optional[int] = None,
+        length_penalty: Optional[float] = None,
+        early_stopping: Union[bool, str, None] = None,
         logprobs: Optional[int] = None,
         logprobs_mode: str = "processed",
         echo: bool = False,
-        repetition_penalty: float = 1.0,
-        presence_penalty: float = 0.0,
-        frequency_penalty: float = 0.0,
-        no_repeat_ngram_size: int = 0,
-        min_new_tokens: int = 0,
-        bad_words_ids: Any = None,
-        logits_processors: Any = None,
-        num_beams: int = 1,
-        length_penalty: float = 1.0,
-        early_stopping: Any = False,
+        stream: bool = False,
+        pad_token_id: Optional[int] = None,
         progress: Optional[bool] = None,
+        **unsupported: Any,
     ) -> Any:
-        """Continue ``prompt``: a str gives a str, token ids give the list of new ids, a list of
-        prompts gives a list; no prompt (None or "") gives an unconditional sample.
-        ``temperature=0`` is greedy; ``top_k``/``top_p`` filter (0 and 1.0 are off); ``seed``
-        (int) makes sampling reproducible; ``n`` samples per prompt; ``logprobs=k`` returns
-        :class:`gpt2np.Completion` results with per-token log-probs and k alternatives;
-        ``echo`` includes the prompt; penalties and ``logits_processors`` change the logits;
-        ``num_beams`` runs beam search; ``stop`` str(s) end a row and are cut;
-        ``stream=True`` yields pieces; ``context="slide"`` keeps the last n_ctx tokens instead
-        of raising; ``progress`` (:mod:`gpt2np.support.progress`) a bar over the tokens when not
-        streaming. ``max_new_tokens`` defaults to the checkpoint's generation_config.json (its
-        max_new_tokens, or max_length less the longest prompt), else 50. See
-        :func:`gpt2np.generation.loop.generate` for each argument."""
-        if max_new_tokens is None:
-            max_new_tokens = self.default_max_new_tokens(prompt)
+        """Continue ``prompt``: a str gives a str, ids the list of new ids, a list a list; None
+        or "" an unconditional sample (:func:`gpt2np.generation.loop.generate`). The options,
+        each defined once (:data:`gpt2np.generation.options.OPTIONS`), and where their defaults
+        come from; HF's other names raise a TypeError saying what to do instead.
+        """
         return generate(
-            prompt, self, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-            top_p=top_p, seed=seed, stop=stop, stream=stream, context=context, n=n,
-            num_return_sequences=num_return_sequences, logprobs=logprobs,
-            logprobs_mode=logprobs_mode, echo=echo, repetition_penalty=repetition_penalty,
+            prompt, self, max_new_tokens=max_new_tokens, max_length=max_length,
+            min_new_tokens=min_new_tokens, eos_token_id=eos_token_id, stop=stop,
+            stopping_criteria=stopping_criteria, max_time=max_time, context=context,
+            do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
+            top_p_rule=top_p_rule, min_p=min_p, typical_p=typical_p,
+            epsilon_cutoff=epsilon_cutoff, eta_cutoff=eta_cutoff,
+            min_tokens_to_keep=min_tokens_to_keep, seed=seed, n=n,
+            num_return_sequences=num_return_sequences, repetition_penalty=repetition_penalty,
             presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-            no_repeat_ngram_size=no_repeat_ngram_size, min_new_tokens=min_new_tokens,
-            bad_words_ids=bad_words_ids, logits_processors=logits_processors,
-            num_beams=num_beams, length_penalty=length_penalty, early_stopping=early_stopping,
-            progress=progress,
+            no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
+            suppress_tokens=suppress_tokens, sequence_bias=sequence_bias,
+            forced_eos_token_id=forced_eos_token_id,
+            exponential_decay_length_penalty=exponential_decay_length_penalty,
+            logits_processors=logits_processors, num_beams=num_beams,
+            length_penalty=length_penalty, early_stopping=early_stopping, logprobs=logprobs,
+            logprobs_mode=logprobs_mode, echo=echo, stream=stream, pad_token_id=pad_token_id,
+            progress=progress, **unsupported,
         )  # fmt: skip
+
+    generate.__doc__ = (generate.__doc__ or "") + describe(" " * 8)
 
     def default_max_new_tokens(self, prompt: Any) -> int:
         """What :meth:`generate` makes when not told: generation_config.json's max_new_tokens,
         or its max_length (which counts the prompt, as in HF) less the longest prompt's
         tokens, else 50."""
-        config = self.generation_config
-        if "max_new_tokens" in config:  # an int > 0 (hf.read_generation_config checks it)
-            n: int = config["max_new_tokens"]
-            return n
-        if "max_length" not in config:
-            return 50
-        rows = [prompt]  # one prompt: None, text, or ids
-        if isinstance(prompt, np.ndarray) and prompt.ndim == 2:
-            rows = list(prompt)
-        elif isinstance(prompt, (list, tuple)) and prompt and not isinstance(prompt[0], int):
-            if isinstance(prompt[0], (str, list, tuple, np.ndarray)):
-                rows = list(prompt)  # a batch
-        lengths = [self._prompt_length(r) for r in rows]
-        max_length: int = config["max_length"]
-        return max(0, max_length - max(lengths, default=0))
-
-    def _prompt_length(self, prompt: Any) -> int:
-        """Tokens the model reads for one prompt; an empty one starts from <|endoftext|>."""
-        if prompt is None:
-            return 1
-        if isinstance(prompt, str):
-            return max(1, len(self.tokenizer.encode(prompt, allowed_special="all")))
-        return max(1, int(np.size(prompt)))
+        return new_tokens(self, prompt)
 
     @overload
     def score(  # type: ignore[overload-overlap]  # a str is a Sequence[str] too, but one text

@@ -1,7 +1,6 @@
 """What the ``gpt2np`` subcommands share: reading token ids and texts from the command line or
-stdin, the ``--quiet`` flag, and loading a model by name or directory. (``cli.py`` holds the
-parser and most subcommands, ``cli_trace.py`` dump and compare; both import this module and
-``cli_trace`` never imports ``cli``.)"""
+stdin, the ``--quiet`` flag, loading a model by name or directory, and the flag types (which
+run the library's own checks)."""
 
 from __future__ import annotations
 
@@ -11,20 +10,19 @@ import re
 import sys
 from typing import Any, Callable, Optional, TypeVar
 
+from ..support.checks import check_int
+
 __all__ = [
     "add_model_args",
-    "finite_float",
+    "checked",
     "load_model",
     "nonneg_int",
     "parse_as",
     "parse_ids",
-    "pos_float",
     "pos_int",
     "progress_of",
     "read_stdin_text",
     "read_utf8",
-    "temperature",
-    "top_p",
 ]
 
 T = TypeVar("T")
@@ -108,45 +106,20 @@ def load_model(
 
 
 def nonneg_int(text: str) -> int:
-    value = parse_as(int, text, "an integer")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+    return checked(check_int, "the value", parse_as(int, text, "an integer"), minimum=0)
 
 
 def pos_int(text: str) -> int:
-    value = parse_as(int, text, "an integer")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
-    return value
+    return checked(check_int, "the value", parse_as(int, text, "an integer"), minimum=1)
 
 
-def temperature(text: str) -> float:
-    value = parse_as(float, text, "a number")
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0 (0 is greedy), got {text}")
-    return value
-
-
-def top_p(text: str) -> float:
-    value = parse_as(float, text, "a number")
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1] (1 is off), got {text}")
-    return value
-
-
-def finite_float(text: str) -> float:
-    value = parse_as(float, text, "a number")
-    if value != value or value in (float("inf"), float("-inf")):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
-
-
-def pos_float(text: str) -> float:
-    value = finite_float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
+def checked(check: Callable[..., T], name: str, value: Any, **bounds: Any) -> T:
+    """``check(name, value, **bounds)``, its ValueError/TypeError as argparse's error (which
+    names the flag): the library's checks serve the command line too."""
+    try:
+        return check(name, value, **bounds)
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def parse_as(kind: Callable[[str], T], text: str, what: str) -> T:

@@ -1,162 +1,143 @@
-"""``gpt2np generate``: continue a prompt, streaming the text to stdout."""
+"""``gpt2np generate``: continue a prompt, streaming the text to stdout.
+
+Its flags are the generation options that have a :class:`gpt2np.generation.options.Flag`, one
+per option, with the option's help and check (a bad value is argparse's one-line error naming
+the flag); combinations are checked by :func:`gpt2np.generation.options.check_args` before the
+model is loaded. A flag not given leaves the option to the model's generation_config.json and
+gpt2np's defaults, as a keyword argument not given does.
+
+``--json`` prints JSON instead of text: one object per completion on a line of its own
+(:meth:`gpt2np.Completion.to_dict`: text, ids, tokens, token_logprobs, top_logprobs,
+finish_reason, ...), and when the output streams (one sample, no beam search) one such object
+per piece as it comes (JSON Lines), with ``finish_reason`` null until the piece that ends it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from typing import Any
+from typing import Any, Callable
 
-from .common import (
-    add_model_args,
-    finite_float,
-    load_model,
-    nonneg_int,
-    parse_ids,
-    pos_float,
-    pos_int,
-    progress_of,
-    temperature,
-    top_p,
-)
+from ..generation.options import OPTIONS, Flag, Option, check_args
+from .common import add_model_args, checked, load_model, parse_ids, progress_of
 
 __all__ = ["add_parsers", "run_generate"]
+
+_GROUPS = {
+    "length": "length and ending",
+    "sampling": "choosing a token (HF's warpers; OpenAI's defaults)",
+    "rules": "logit rules (HF's and OpenAI's; each off by default)",
+    "beams": "beam search (HF's; deterministic)",
+    "output": "output",
+}
 
 
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
         "generate",
         help="continue a prompt, streaming the text to stdout",
-        description="Continue PROMPT and stream the new text to stdout. <|endoftext|> ends it; "
-        'an empty PROMPT ("") gives an unconditional sample. Several samples (-n), beam search '
-        "and --logprobs print when they are complete.",
+        description="Continue PROMPT and stream the new text to stdout. An end id "
+        '(<|endoftext|>) ends it; an empty PROMPT ("") gives an unconditional sample. Several '
+        "samples (-n), beam search and --logprobs print when they are complete. A flag not "
+        "given takes the model's generation_config.json value, else gpt2np's default.",
     )
     p.add_argument("prompt", metavar="PROMPT", help="the text to continue; - reads stdin")
     add_model_args(p)
-    p.add_argument("--max-new-tokens", type=nonneg_int, default=50, help="default %(default)s")
-    p.add_argument("--temperature", type=temperature, help="0 is greedy; default 1 (sampling)")
-    p.add_argument("--top-k", type=nonneg_int, default=0, help="0 (default) is off")
-    p.add_argument("--top-p", type=top_p, default=1.0, help="nucleus mass; 1 (default) is off")
-    p.add_argument("--seed", type=nonneg_int, help="makes sampling reproducible")
     p.add_argument(
-        "--stop",
-        action="append",
-        metavar="TEXT",
-        help="end at this text, which is not printed (repeatable)",
+        "--json",
+        action="store_true",
+        help="JSON: one object per completion (JSON Lines of pieces when streaming)",
     )
-    p.add_argument(
-        "--context",
-        choices=["error", "slide"],
-        default="error",
-        help="past n_ctx tokens: error (default), or slide to keep the last n_ctx",
-    )
-    p.add_argument(
-        "-n",
-        "--num-samples",
-        type=pos_int,
-        default=1,
-        metavar="N",
-        help="samples of the prompt (one prefill), or with --num-beams the N best",
-    )
-    p.add_argument("--echo", action="store_true", help="print the prompt before the continuation")
-    p.add_argument(
-        "--logprobs",
-        type=nonneg_int,
-        metavar="K",
-        help="print a table of each token's log-probability and the K most likely alternatives",
-    )
-    p.add_argument(
-        "--logprobs-mode",
-        choices=["processed", "raw"],
-        default="processed",
-        help="the distribution chosen from (default), or the model's own",
-    )
-    g = p.add_argument_group("penalties (HF's and OpenAI's; each off by default)")
-    g.add_argument(
-        "--repetition-penalty",
-        type=pos_float,
-        default=1.0,
-        metavar="THETA",
-        help="CTRL's rule on every id seen, prompt included; 1 is off",
-    )
-    g.add_argument(
-        "--presence-penalty",
-        type=finite_float,
-        default=0.0,
-        metavar="A",
-        help="OpenAI's: minus A from every token generated before",
-    )
-    g.add_argument(
-        "--frequency-penalty",
-        type=finite_float,
-        default=0.0,
-        metavar="A",
-        help="OpenAI's: minus A for each time a token was generated before",
-    )
-    g.add_argument(
-        "--no-repeat-ngram-size",
-        type=nonneg_int,
-        default=0,
-        metavar="N",
-        help="never repeat an N-gram of the prompt and continuation",
-    )
-    g.add_argument(
-        "--min-new-tokens",
-        type=nonneg_int,
-        default=0,
-        metavar="N",
-        help="no <|endoftext|> before N new tokens",
-    )
-    g.add_argument(
-        "--bad-words-ids",
-        action="append",
-        metavar="IDS",
-        help='a token id sequence never to generate, e.g. "15496 995" (repeatable)',
-    )
-    b = p.add_argument_group("beam search (HF's; deterministic)")
-    b.add_argument("--num-beams", type=pos_int, default=1, metavar="K", help="1 (default) is off")
-    b.add_argument(
-        "--length-penalty",
-        type=finite_float,
-        default=1.0,
-        metavar="L",
-        help="score = sum of log-probs / length**L; default 1",
-    )
-    b.add_argument(
-        "--early-stopping",
-        choices=["true", "false", "never"],
-        default="false",
-        help="when a beam search ends (HF's); default false",
-    )
+    groups = {name: p.add_argument_group(title) for name, title in _GROUPS.items()}
+    for option in OPTIONS.values():
+        if option.flag is not None:
+            _add_flag(groups[option.group], option, option.flag)
     p.set_defaults(func=run_generate)
 
 
+def _add_flag(group: Any, option: Option, flag: Flag) -> None:
+    """One option as a flag; not given, it is absent from the parsed arguments."""
+    names = flag.names or ("--" + option.name.replace("_", "-"),)
+    kw: dict[str, Any] = dict(dest=option.name, default=argparse.SUPPRESS, help=option.help)
+    if flag.kind == "switch":
+        group.add_argument(*names, action="store_true", **kw)
+        return
+    if flag.kind == "choice":
+        text = {str(c).lower(): c for c in flag.choices}
+        kw.update(type=lambda s: _choice(s, text), metavar="{" + ",".join(text) + "}")
+    else:
+        parse = _PARSE[flag.kind]
+        if flag.repeat:  # each value parsed here; the list is checked with the others
+            kw.update(type=parse)
+        else:
+            kw.update(type=lambda s: checked(option.check, option.name, parse(s)))
+        kw.update(metavar=flag.metavar)
+    group.add_argument(*names, action="append" if flag.repeat else "store", **kw)
+
+
+def _choice(text: str, choices: dict[str, Any]) -> Any:
+    if text.lower() not in choices:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(choices)}, got {text!r}")
+    return choices[text.lower()]
+
+
+def _pair(text: str) -> tuple[int, float]:
+    parts = text.replace(",", " ").split()
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"must be START,FACTOR, got {text!r}")
+    return int(parse_number(parts[0], int)), parse_number(parts[1], float)
+
+
+def parse_number(text: str, kind: Callable[[str], Any]) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        what = "an integer" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+
+
+def _ids(text: str) -> list[int]:
+    try:
+        return parse_ids(text, "ids", '"15496 995"')
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+_PARSE: dict[str, Callable[[str], Any]] = {
+    "int": lambda s: parse_number(s, int),
+    "float": lambda s: parse_number(s, float),
+    "str": str,
+    "ids": _ids,
+    "pair": _pair,
+}
+
+
 def run_generate(args: argparse.Namespace) -> int:
+    given = {name: getattr(args, name) for name in OPTIONS if hasattr(args, name)}
+    if args.json:
+        given.setdefault("logprobs", 0)  # Completions: ids, finish reasons, log-probs
+    check_args(args.prompt, **given)  # before the model is loaded
     progress = progress_of(args)
     model = load_model(args.model, args.dtype, args.revision, progress)
-    example = '--bad-words-ids "15496 995"'
-    bad = [parse_ids(ids, "--bad-words-ids", example) for ids in args.bad_words_ids or ()]
-    early = {"true": True, "false": False, "never": "never"}[args.early_stopping]
-    whole = args.num_samples > 1 or args.num_beams > 1 or args.logprobs is not None
-    out = model.generate(
-        args.prompt, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-        top_k=args.top_k, top_p=args.top_p, seed=args.seed, stop=args.stop, stream=not whole,
-        context=args.context, n=args.num_samples, logprobs=args.logprobs,
-        logprobs_mode=args.logprobs_mode, echo=args.echo,
-        repetition_penalty=args.repetition_penalty, presence_penalty=args.presence_penalty,
-        frequency_penalty=args.frequency_penalty, no_repeat_ngram_size=args.no_repeat_ngram_size,
-        min_new_tokens=args.min_new_tokens, bad_words_ids=bad or None, num_beams=args.num_beams,
-        length_penalty=args.length_penalty, early_stopping=early, progress=progress,
-    )  # fmt: skip
-    if not whole:
+    opts = check_args(args.prompt, model.generation_config, **given)[3]
+    beams = opts.num_beams > 1
+    table = opts.logprobs is not None and not args.json  # a table needs the whole completion
+    streams = opts.n == 1 and not beams and not table
+    out = model.generate(args.prompt, stream=streams, progress=progress, **given)
+    if streams:
         for piece in out:
-            sys.stdout.write(piece)
+            sys.stdout.write(json.dumps(piece.to_dict()) + "\n" if args.json else piece)
             sys.stdout.flush()
-        sys.stdout.write("\n")
+        if not args.json:
+            sys.stdout.write("\n")
         return 0
-    results = out if args.num_samples > 1 else [out]
+    results = list(out) if opts.n > 1 else [out]
     for i, result in enumerate(results, 1):
+        if args.json:
+            sys.stdout.write(json.dumps(result.to_dict()) + "\n")
+            continue
         if len(results) > 1:
-            kind = "beam" if args.num_beams > 1 else "sample"
-            sys.stdout.write(f"--- {kind} {i} of {len(results)} ---\n")
+            sys.stdout.write(f"--- {'beam' if beams else 'sample'} {i} of {len(results)} ---\n")
         sys.stdout.write(f"{result}\n")
     return 0

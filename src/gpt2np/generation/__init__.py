@@ -2,14 +2,16 @@
 
 Modules: ``loop`` (:func:`generate`: prefill, then one position per step), ``options`` (every
 generation option, defined once: name, default, check, help), ``sampling`` (greedy,
-temperature, top-k, top-p), ``processors`` (the rules that change a row's logits), ``beam``
-(beam search), ``continuation`` (what one continuation collects as it goes), ``completion``
-(:class:`Completion`, the result with log-probs).
+temperature and the filters: top-k, top-p, min-p, typical, epsilon, eta), ``processors`` (the
+rules that change a row's logits, and :func:`batched` for your own of the whole batch),
+``beam`` (beam search), ``continuation`` (what one continuation collects as it goes),
+``completion`` (:class:`Completion`, the result with log-probs).
 """
 
 from __future__ import annotations
 
 from .completion import Completion
 from .loop import generate
+from .processors import batched
 
-__all__ = ["Completion", "generate"]
+__all__ = ["Completion", "batched", "generate"]

@@ -8,7 +8,8 @@ hypotheses. At every step, for each running beam b and token j,
 and the 2K best (b, j) of the prompt are the candidates (2K so that K can go on even if K of
 them end). Taking them best first:
 
-* a candidate ends when j is ``<|endoftext|>`` or the step is the last (``max_new_tokens``).
+* a candidate ends when j is an end id (``eos_token_id``: ``<|endoftext|>`` by default) or the
+  step is the last (``max_new_tokens``).
   If it is among the first K candidates it becomes a finished hypothesis with the score
   s / L ** length_penalty, L = its number of new tokens (<|endoftext|> included); the K best
   finished are kept (ties: the one found first). An ending candidate ranked K+1…2K is dropped.
@@ -37,6 +38,7 @@ interchangeable tokens.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -76,18 +78,21 @@ def beam_search(
     early_stopping: Union[bool, str] = False,
     num_return: int = 1,
     penalties: Penalties = Penalties(),  # noqa: B008  (frozen, never mutated)
-    eot: Optional[int] = None,
+    ends: Sequence[int] = (),
     logprobs: Optional[int] = None,
     logprobs_mode: str = "processed",
+    pad_token_id: int = 0,
 ) -> list[list[Hypothesis]]:
     """The ``num_return`` best hypotheses of each prompt, best first.
 
     cache: a :class:`gpt2np.KVCache` holding the prefilled prompts, one row each (B rows; it is
     reordered to B·K rows and advanced); logits [B, V]: the prompts' last-position logits.
-    prompts: each prompt's ids (what the processors see before the new tokens).
+    prompts: each prompt's ids (what the processors see before the new tokens). ends: the ids
+    that end a hypothesis. pad_token_id: pads the rows handed to batched processors.
     """
     K = num_beams
     searches = [_Search(p, K) for p in prompts]
+    rules = _Rules(penalties, tuple(ends), max_new_tokens, pad_token_id)
     if max_new_tokens == 0:
         return [[Hypothesis([]) for _ in range(num_return)] for _ in prompts]
     cache.reorder(np.repeat(np.arange(len(prompts)), K))  # each prompt's row, K times
@@ -99,8 +104,8 @@ def beam_search(
         sources, tokens = [], []
         for i, s in enumerate(live):
             rows = slice(i * K, (i + 1) * K)
-            parents, chosen = searches[s].step(lp[rows], last, step, penalties, eot,
-                                               length_penalty, logprobs, logprobs_mode)  # fmt: skip
+            parents, chosen = searches[s].step(lp[rows], last, step, rules, length_penalty,
+                                               logprobs, logprobs_mode)  # fmt: skip
             searches[s].check_done(step, max_new_tokens, length_penalty, early_stopping)
             if not searches[s].done:
                 sources += [i * K + b for b in parents]
@@ -112,6 +117,24 @@ def beam_search(
         ids = np.array(tokens, dtype=np.int64)[:, None]  # [R, 1]
         logits = model.forward_cached(ids, cache, last_only=True)[:, 0]  # [R, V]
     return [s.finished[:num_return] for s in searches]
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """The logit rules and what they need besides each beam's ids."""
+
+    penalties: Penalties
+    ends: tuple[int, ...]
+    max_new_tokens: int
+    pad_token_id: int
+
+    def apply(self, lp: np.ndarray, seqs: list[list[int]], n_prompt: int) -> np.ndarray:
+        """The rules on K beams' log-probs [K, V] (a copy when any rule is on)."""
+        if not self.penalties.active:
+            return lp
+        rows = [np.array(s, dtype=np.int64) for s in seqs]
+        return self.penalties.apply(lp.copy(), rows, [n_prompt] * len(rows), self.ends,
+                                    self.max_new_tokens, self.pad_token_id)  # fmt: skip
 
 
 class _Search:
@@ -132,8 +155,7 @@ class _Search:
         lp: np.ndarray,
         last: bool,
         step: int,
-        penalties: Penalties,
-        eot: Optional[int],
+        rules: _Rules,
         length_penalty: float,
         logprobs: Optional[int],
         logprobs_mode: str,
@@ -141,12 +163,7 @@ class _Search:
         """Advance by one token.  lp [K, V]: each beam's log_softmax of its logits.
         -> (the parent beam of each next running beam, its new token)"""
         K, V = lp.shape
-        processed = lp
-        if penalties.active:
-            processed = lp.copy()
-            for b in range(K):
-                ids = np.array(self.seqs[b], dtype=np.int64)
-                processed[b] = penalties.apply(processed[b], ids, self.n_prompt, eot)
+        processed = rules.apply(lp, self.seqs, self.n_prompt)
         total = processed + self.scores[:, None]  # [K, V]: each beam's score plus its next token
         candidates = top_k_indices(total.ravel(), 2 * K)  # best first; ties by beam, then token
         reported = lp if logprobs_mode == "raw" else processed
@@ -154,13 +171,13 @@ class _Search:
         new_finished = []
         for rank, c in enumerate(candidates.tolist()):
             b, j = divmod(c, V)
-            ends = last or j == eot
-            if ends and rank < K:
-                record = self._extend(b, j, reported, logprobs, keep_token=j != eot)
+            is_end = j in rules.ends
+            if (last or is_end) and rank < K:
+                record = self._extend(b, j, reported, logprobs, keep_token=not is_end)
                 record.score = float(total[b, j]) / (step + 1) ** length_penalty
-                record.eot = j == eot
+                record.eot = is_end
                 new_finished.append(record)
-            elif not ends and len(running) < K:
+            elif not (last or is_end) and len(running) < K:
                 running.append((b, j, float(total[b, j])))
         self.finished = sorted(self.finished + new_finished, key=lambda h: -h.score)[: self.K]
         self.records = [self._extend(b, j, reported, logprobs) for b, j, _ in running]

@@ -34,7 +34,8 @@ from typing import Any, Callable, Optional
 
 __all__ = ["FINISH_REASONS", "LOGPROBS_MODES", "Completion"]
 
-#: Why a continuation ended: max_new_tokens reached, a stop string, or <|endoftext|>.
+#: Why a continuation ended: max_new_tokens (or max_time) reached, a stop string or a stopping
+#: criterion, or an end id (<|endoftext|>, or another of ``eos_token_id``).
 FINISH_REASONS = ("length", "stop", "eot")
 #: Which distribution ``token_logprobs`` and ``top_logprobs`` come from (see the module docstring).
 LOGPROBS_MODES = ("processed", "raw")
@@ -52,8 +53,10 @@ class Completion:
                     prompt token has no context)
     top_logprobs    per id, the k most likely (id, log p) of that step, best first, ties by the
                     lower id; ids with probability 0 are left out
-    finish_reason   "length", "stop" (a stop string; ``text`` is cut before it, ``ids`` keep
-                    every generated token) or "eot"
+    finish_reason   "length" (max_new_tokens or max_time), "stop" (a stop string: ``text`` is
+                    cut before it, ``ids`` keep every generated token; or a stopping
+                    criterion) or "eot" (an end id, which ``ids`` leave out); a piece of a
+                    stream has None, but for the piece that ends its row
     n_prompt        how many of ``ids`` are the echoed prompt
     logprobs_mode   "processed" or "raw"
     score           beam search: the hypothesis' score, sum of its processed log-probs divided
@@ -64,7 +67,7 @@ class Completion:
     ids: list[int]
     token_logprobs: list[Optional[float]]
     top_logprobs: list[list[tuple[int, float]]]
-    finish_reason: str
+    finish_reason: Optional[str]
     n_prompt: int = 0
     logprobs_mode: str = "processed"
     score: Optional[float] = None
@@ -86,6 +89,21 @@ class Completion:
         """Sum of the generated tokens' log-probabilities: the log-probability of the whole
         continuation under ``logprobs_mode``'s distribution."""
         return math.fsum(lp for lp in self.token_logprobs[self.n_prompt :] if lp is not None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The completion as JSON-ready data: text, ids, tokens (each id as text, when the model
+        has a tokenizer), token_logprobs, top_logprobs ([[id, logprob], ...] per token),
+        finish_reason, n_prompt, logprobs_mode, logprob (None when a log-prob is −∞) and
+        score. ``json.dumps(c.to_dict())`` is what ``gpt2np generate --json`` prints."""
+        logprob = self.logprob
+        return {
+            "text": self.text, "ids": list(self.ids), "tokens": self.tokens,
+            "token_logprobs": [_finite(v) for v in self.token_logprobs],
+            "top_logprobs": [[[t, _finite(v)] for t, v in top] for top in self.top_logprobs],
+            "finish_reason": self.finish_reason, "n_prompt": self.n_prompt,
+            "logprobs_mode": self.logprobs_mode,
+            "logprob": logprob if math.isfinite(logprob) else None, "score": self.score,
+        }  # fmt: skip
 
     def table(self, max_rows: Optional[int] = None) -> str:
         """The readable form: a header, the text, then one row per token (the first
@@ -132,6 +150,11 @@ class Completion:
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         """IPython and Jupyter show the table."""
         printer.text(self.table())
+
+
+def _finite(v: Optional[float]) -> Optional[float]:
+    """A log-prob for JSON, which has no −∞: None for −∞ (and for None)."""
+    return v if v is not None and math.isfinite(v) else None
 
 
 def _percent(p: float) -> str:

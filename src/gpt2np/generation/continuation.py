@@ -4,6 +4,7 @@ ended. :mod:`gpt2np.generation.loop` keeps one per continuation."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Generic, Optional, TypeVar
 
 __all__ = ["IdRow", "Row", "TextRow"]
@@ -13,15 +14,17 @@ Piece = TypeVar("Piece", list[int], str)
 
 
 class Row(Generic[Piece]):
-    """What every continuation collects: its new ids until <|endoftext|>, their log-probs and
-    alternatives, and why it ended. Each step hands out a ``Piece``."""
+    """What every continuation collects: its new ids until an end id (``ends``, the ids of
+    ``eos_token_id``: <|endoftext|> by default), their log-probs and alternatives, and why it
+    ended. Each step hands out a ``Piece``."""
 
-    def __init__(self, eot: Optional[int]) -> None:
-        self.eot, self.done = eot, False
+    def __init__(self, ends: Collection[int]) -> None:
+        self.ends, self.done = frozenset(ends), False
         self.ids: list[int] = []
         self.finish_reason = "length"
         self.logprobs: list[float] = []
         self.tops: list[list[tuple[int, float]]] = []
+        self.taken, self.reported = 0, False  # what take() handed out
 
     @property
     def empty(self) -> Piece:
@@ -45,9 +48,26 @@ class Row(Generic[Piece]):
         """The whole continuation."""
         raise NotImplementedError
 
+    def halt(self, reason: str) -> Piece:
+        """End the row after its last token (a stopping criterion, or max_time); return what it
+        still held back."""
+        piece = self.finish()
+        if self.finish_reason == "length":  # a stop string found in what was held back wins
+            self.finish_reason = reason
+        return piece
+
+    def take(self) -> tuple[list[int], list[float], list[list[tuple[int, float]]], Optional[str]]:
+        """What was not handed out yet: the new ids, their log-probs and alternatives, and the
+        finish reason once the row has ended (then None again)."""
+        i, self.taken = self.taken, len(self.ids)
+        reason = None
+        if self.done and not self.reported:
+            reason, self.reported = self.finish_reason, True
+        return self.ids[i:], self.logprobs[i : self.taken], self.tops[i : self.taken], reason
+
     def _end(self, reason: str) -> None:
         self.done, self.finish_reason = True, reason
-        del self.logprobs[len(self.ids) :], self.tops[len(self.ids) :]  # <|endoftext|>'s own
+        del self.logprobs[len(self.ids) :], self.tops[len(self.ids) :]  # the end id's own
 
 
 class IdRow(Row[list[int]]):
@@ -58,7 +78,7 @@ class IdRow(Row[list[int]]):
         return []
 
     def push(self, token: int) -> list[int]:
-        if token == self.eot:
+        if token in self.ends:
             self._end("eot")
             return []
         self.ids.append(token)
@@ -82,8 +102,8 @@ class TextRow(Row[str]):
     computed from all ids with ``tokenizer.decode`` (see :meth:`result`), not from the stream.
     """
 
-    def __init__(self, tokenizer: Any, stops: tuple[str, ...], eot: Optional[int]) -> None:
-        super().__init__(eot)
+    def __init__(self, tokenizer: Any, stops: tuple[str, ...], ends: Collection[int]) -> None:
+        super().__init__(ends)
         self.tokenizer, self.stops = tokenizer, stops
         self.decoder = tokenizer.stream_decoder()
         self.pending = ""
@@ -93,7 +113,7 @@ class TextRow(Row[str]):
         return ""
 
     def push(self, token: int) -> str:
-        if token == self.eot:
+        if token in self.ends:
             self._end("eot")
             return self.finish()
         self.ids.append(token)

@@ -8,13 +8,15 @@ Each decode step runs one new position per row through the model and writes its 
 values into the cache in place (no concatenation), and the head is applied to the last position
 only. A batch of prompts of different lengths is left-padded: the cache's ``pad`` masks the
 padding and starts each row's positions at 0 after it, so every row gives what its prompt gives
-alone. A row that ends (``<|endoftext|>`` or a stop string) stops producing output while the
-others go on; the batch ends when every row has ended or after ``max_new_tokens`` steps.
+alone. A row that ends (an end id such as ``<|endoftext|>``, a stop string, a stopping
+criterion) stops producing output while the others go on; the batch ends when every row has
+ended, after ``max_new_tokens`` steps, or after ``max_time`` seconds.
 
 Choosing a token: the logit rules of :mod:`gpt2np.generation.processors` (penalties, banned words,
-your own functions), then greedy argmax or a draw after temperature, top-k and top-p
+your own processors), then greedy argmax or a draw after temperature and the filters
 (:mod:`gpt2np.generation.sampling`); or beam search (``num_beams > 1``,
-:mod:`gpt2np.generation.beam`).
+:mod:`gpt2np.generation.beam`). Every option, its default and where the default comes from:
+:mod:`gpt2np.generation.options`.
 
 n samples per prompt. The ``n`` continuations of a prompt share its prefill: the prompt runs
 once and its cache row is copied n times (:meth:`gpt2np.KVCache.reorder`). With an int
@@ -26,15 +28,23 @@ independent of n and of the batch, and sample j equals its prompt generated alon
 An empty prompt (``""``, ``None``, or empty ids) starts from ``<|endoftext|>``, as OpenAI's
 ``generate_unconditional_samples.py`` does: an unconditional sample.
 
-Context. GPT-2 attends to at most ``n_ctx`` positions (1024). ``context="error"`` (default)
-refuses a prompt whose length plus ``max_new_tokens`` exceeds ``n_ctx``. ``context="slide"``
-keeps only the last ``n_ctx`` tokens: a longer prompt is cut to its end, and once the cache is
-full every further token costs a fresh prefill of the whole ``n_ctx`` window (positions shift,
-so cached keys cannot be reused): about ``n_ctx`` times the cost of a cached step.
+Context. GPT-2 attends to at most ``n_ctx`` positions (1024). The last token chosen is never fed
+back, so a prompt of T tokens can be continued by up to ``n_ctx - T + 1``. ``context="error"``
+(default) refuses more. ``context="slide"`` keeps only the last ``n_ctx`` tokens: a longer
+prompt is cut to its end, and once the cache is full every further token costs a fresh prefill
+of the whole ``n_ctx`` window (positions shift, so cached keys cannot be reused): about
+``n_ctx`` times the cost of a cached step.
+
+Streaming (``stream=True``) yields each step's new text (or ids), shaped like the result; with
+``logprobs=k`` each piece is a :class:`gpt2np.Completion` of that step's tokens (their ids,
+log-probs and k alternatives; ``finish_reason`` None until the piece that ends the row).
 """
 
 from __future__ import annotations
 
+import inspect
+import itertools
+import time
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -44,46 +54,24 @@ from ..support.progress import show_progress, tqdm
 from .beam import beam_search
 from .completion import Completion
 from .continuation import IdRow, Row, TextRow
-from .options import CONTEXT_MODES, Options, check_args
-from .sampling import log_probabilities, log_softmax, sample, top_k_indices
+from .options import CONTEXT_MODES, Options, check_args, describe, signature
+from .processors import call_batched, form_of
+from .sampling import check_logits, log_softmax, top_k_indices
 
 if TYPE_CHECKING:
     from ..gpt2 import GPT2
 
-__all__ = ["CONTEXT_MODES", "check_args", "generate", "row_generators"]
+__all__ = ["CONTEXT_MODES", "check_args", "clock", "generate", "new_tokens", "row_generators"]
 
 Prompt = Union[None, str, Sequence[str], Sequence[int], np.ndarray, Sequence[Sequence[int]]]
 
+#: The clock of ``max_time`` (seconds); tests replace it with one that ticks per call.
+clock = time.monotonic
+#: The classes an HF stopping criterion derives from.
+HF_CRITERIA_BASES = ("StoppingCriteria",)
 
-def generate(
-    prompt: Prompt,
-    model: GPT2,
-    *,
-    max_new_tokens: int = 50,
-    temperature: Optional[float] = None,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: Union[int, np.random.Generator, None] = None,
-    stop: Union[str, Sequence[str], None] = None,
-    stream: bool = False,
-    context: str = "error",
-    n: int = 1,
-    num_return_sequences: Optional[int] = None,
-    logprobs: Optional[int] = None,
-    logprobs_mode: str = "processed",
-    echo: bool = False,
-    repetition_penalty: float = 1.0,
-    presence_penalty: float = 0.0,
-    frequency_penalty: float = 0.0,
-    no_repeat_ngram_size: int = 0,
-    min_new_tokens: int = 0,
-    bad_words_ids: Optional[Sequence[Any]] = None,
-    logits_processors: Any = None,
-    num_beams: int = 1,
-    length_penalty: float = 1.0,
-    early_stopping: Union[bool, str] = False,
-    progress: Optional[bool] = None,
-) -> Any:
+
+def generate(prompt: Prompt, model: GPT2, **options: Any) -> Any:
     """Continue ``prompt`` with up to ``max_new_tokens`` tokens.
 
     prompt: a ``str`` (returns the continuation ``str``; ``<|endoftext|>`` in it is encoded as
@@ -92,67 +80,41 @@ def generate(
         prompts may differ in length). ``None``, ``""`` or empty ids: an unconditional sample,
         starting from ``<|endoftext|>``.
     model: a :class:`gpt2np.GPT2` (``gpt2np.generate`` also takes a name or a directory).
-    temperature: 0 is greedy (argmax); otherwise logits / temperature before sampling; None
-        (the default) is 1.0 when sampling.
-    top_k, top_p: OpenAI's top-k and nucleus filters (see :mod:`gpt2np.generation.sampling`); 0 and
-    1.0
-        are off. seed: an int makes the result identical run to run; every row of a batch uses
-        its own generator seeded with it, so a row equals its prompt generated alone (sample j
-        of ``n``: see the module docstring). A numpy ``Generator`` is used as it is and
-        advanced, shared by all rows (rows of a batch then differ from their prompts alone).
-        None: fresh OS entropy.
-    stop: a string or strings; the first occurrence ends that row, and it and anything after it
-        are not returned. ``<|endoftext|>`` always ends a row and is not returned (nor its id).
-    stream: return an iterator of pieces as they are produced (``str`` pieces, never half a
-        UTF-8 character, or lists of ids; for a batch or ``n > 1``, a list with one piece per
-        continuation); joined, they equal the non-streamed result.
-    context: "error" (ValueError when prompt + max_new_tokens > n_ctx) or "slide" (keep the
-        last n_ctx tokens; see the module docstring for the cost).
-    n (or HF's name ``num_return_sequences``): continuations per prompt; with n > 1 a prompt
-        gives a list of n results (a batch: a list of such lists). Sampling only, or with beam
-        search the n best beams (n <= num_beams).
-    logprobs: None returns plain text/ids. An int k returns a :class:`gpt2np.Completion` per
-        continuation: ids, each token's log-probability, the k most likely alternatives at each
-        step (0: none), and the finish reason (length, stop, eot).
-    logprobs_mode: "processed" (default: the distribution each token was chosen from, after
-        penalties, temperature, top-k and top-p, as HF's ``compute_transition_scores``) or
-        "raw" (the model's own log_softmax, as OpenAI's API); see
-        :mod:`gpt2np.generation.completion`.
-    echo: return the prompt before the continuation (text or ids); with ``logprobs``, its tokens
-        are scored too (under the raw distribution; the first token has no score).
-    repetition_penalty, presence_penalty, frequency_penalty, no_repeat_ngram_size,
-    min_new_tokens, bad_words_ids, logits_processors: logit rules, see
-        :mod:`gpt2np.generation.processors` (``logits_processors``: functions
-        ``fn(ids, logits) -> logits``).
-    num_beams > 1: beam search (:mod:`gpt2np.generation.beam`), deterministic, with
-    ``length_penalty``
-        and ``early_stopping`` (True, False or "never") as in HF transformers.
-    progress: without ``stream``, a bar over the tokens while a generation lasts longer than
-        a second (:mod:`gpt2np.support.progress`: None shows it on a terminal or in a notebook).
+    options: the keyword arguments below (:data:`gpt2np.generation.options.OPTIONS`).
+
+    Returns one result per prompt (unbatched for one prompt): a ``str`` or a list of ids, or a
+    :class:`gpt2np.Completion` with ``logprobs=k``; a list of n of those when ``n > 1``; with
+    ``stream=True``, an iterator of pieces shaped so.
     """
-    show = show_progress(progress)  # a TypeError for a bad value before any work
-    is_text, is_batch, prompts, opts = check_args(
-        prompt, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k,
-        top_p=top_p, seed=seed, stop=stop, stream=stream, context=context, n=n,
-        num_return_sequences=num_return_sequences, logprobs=logprobs,
-        logprobs_mode=logprobs_mode, echo=echo, repetition_penalty=repetition_penalty,
-        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-        no_repeat_ngram_size=no_repeat_ngram_size, min_new_tokens=min_new_tokens,
-        bad_words_ids=bad_words_ids, logits_processors=logits_processors, num_beams=num_beams,
-        length_penalty=length_penalty, early_stopping=early_stopping,
-    )  # fmt: skip
+    show = show_progress(options.pop("progress", None))  # a TypeError for a bad value first
+    config = getattr(model, "generation_config", None)
+    is_text, is_batch, prompts, opts = check_args(prompt, config, **options)
     run = _Run(model, is_text, prompts, opts)
     if opts.num_beams > 1:
         return _shape(run.beam_results(), is_batch, opts.n)
-    steps = run.steps()
     if opts.stream:
-        return _stream(run.echo_pieces(), steps, is_batch, opts.n)
-    bar = tqdm(total=opts.max_new_tokens, desc="generating", unit="token", delay=1.0,
+        return _stream(run, is_batch)
+    bar = tqdm(total=run.max_new_tokens, desc="generating", unit="token", delay=1.0,
                leave=False, disable=not show)  # fmt: skip
     with bar:
-        for _ in steps:
+        for _ in run.steps():
             bar.update()
     return _shape(run.results(), is_batch, opts.n)
+
+
+generate.__signature__ = signature(  # type: ignore[attr-defined]  # not in typeshed's FunctionType
+    list(inspect.signature(generate).parameters.values())[:2]
+)
+generate.__doc__ = (generate.__doc__ or "") + describe()
+
+
+def new_tokens(model: GPT2, prompt: Prompt, **options: Any) -> int:
+    """How many tokens at most ``generate(prompt, model, **options)`` makes: max_new_tokens, or
+    max_length less the longest prompt (an empty prompt counts its <|endoftext|>), from the
+    call, else the model's generation_config.json, else 50."""
+    is_text, _, prompts, opts = check_args(prompt, model.generation_config, **options)
+    rows = [_prompt_ids(model, is_text, p) for p in prompts]
+    return opts.new_tokens(max(len(r) or 1 for r in rows))
 
 
 def row_generators(seed: Any, prompts: int, n: int) -> list[np.random.Generator]:
@@ -166,54 +128,77 @@ def row_generators(seed: Any, prompts: int, n: int) -> list[np.random.Generator]
     return [np.random.default_rng([seed, j]) for _ in range(prompts) for j in range(n)]
 
 
+def _prompt_ids(model: GPT2, is_text: bool, prompt: Any) -> list[int]:
+    """One prompt as the ids the caller gave (text encoded; <|endoftext|> in it is the token)."""
+    if is_text and prompt == "":
+        return []
+    if is_text:
+        return list(model.tokenizer.encode(prompt, allowed_special={"<|endoftext|>"}))
+    if isinstance(prompt, str) or (isinstance(prompt, np.ndarray) and prompt.ndim != 1):
+        raise TypeError("each prompt of a batch of ids must be a 1-D sequence of ints")
+    return model.check_ids(prompt)[0].tolist() if len(prompt) else []
+
+
 class _Run:
     """One call of :func:`generate`: the rows, their output states, and the decode loop."""
 
     def __init__(self, model: GPT2, is_text: bool, prompts: list[Any], opts: Options) -> None:
         self.model, self.opts, self.is_text, self.prompts = model, opts, is_text, prompts
-        self.eot = model.eot_token
-        opts.penalties.check_vocab(model.hparams.n_vocab)
-        if opts.logprobs is not None and opts.logprobs > model.hparams.n_vocab:
-            raise ValueError(f"logprobs={opts.logprobs} exceeds n_vocab={model.hparams.n_vocab}")
+        n_vocab, n = model.hparams.n_vocab, opts.n
+        opts.penalties.check_vocab(n_vocab)
+        if opts.logprobs is not None and opts.logprobs > n_vocab:
+            raise ValueError(f"logprobs={opts.logprobs} exceeds n_vocab={n_vocab}")
+        self.ends = self._end_ids()
         # shown: what the caller gave (echoed); rows: what the model reads (<|endoftext|> for
         # an empty prompt, only the last n_ctx tokens with context="slide")
-        self.shown = [self._encode(p) if is_text else self._check_row(p) for p in prompts]
+        self.shown = [_prompt_ids(model, is_text, p) for p in prompts]
         self.rows = [s if s else self._start_token() for s in self.shown]
-        longest = max(len(r) for r in self.rows)
-        n_ctx = model.hparams.n_ctx
-        if opts.context == "error" and longest + opts.max_new_tokens > n_ctx:
-            raise ValueError(
-                f"prompt of {longest} tokens + max_new_tokens={opts.max_new_tokens} exceeds the "
-                f"model's context n_ctx={n_ctx}; shorten them or pass context='slide' "
-                "(--context slide on the command line)"
-            )
-        self.rows = [r[-n_ctx:] for r in self.rows]
+        self.max_new_tokens = opts.new_tokens(max(len(r) for r in self.rows))
+        self._check_context()
+        self.rows = [r[-model.hparams.n_ctx :] for r in self.rows]
         self.token_text = self._token_text() if opts.logprobs is not None else None
-        n = opts.n
         self.states = [self._new_state() for _ in range(len(self.rows) * n)]
         # sample j of prompt b is row b * n + j: its whole sequence, grown as we go
         self.seqs = [list(r) for r in self.rows for _ in range(n)]
         self.n_prompt = [len(r) for r in self.rows for _ in range(n)]
         self.rngs = row_generators(opts.seed, len(self.rows), n)
         self.prompt_scores: list[tuple[list[Optional[float]], list[Any]]] = []
+        self.criteria = [(fn, form_of(fn, HF_CRITERIA_BASES)) for fn in opts.stopping_criteria]
+        self.started = clock()
 
     # -- prompts -------------------------------------------------------------------------------
 
-    def _encode(self, text: str) -> list[int]:
-        return list(self.model.tokenizer.encode(text, allowed_special={"<|endoftext|>"}))
-
-    def _check_row(self, ids: Any) -> list[int]:
-        if isinstance(ids, str) or (isinstance(ids, np.ndarray) and ids.ndim != 1):
-            raise TypeError("each prompt of a batch of ids must be a 1-D sequence of ints")
-        return self.model.check_ids(ids)[0].tolist() if len(ids) else []
+    def _end_ids(self) -> tuple[int, ...]:
+        """The ids that end a row: eos_token_id (the call's or generation_config.json's), else
+        the model's <|endoftext|>, else none."""
+        if self.opts.eos_token_id is not None:
+            bad = [t for t in self.opts.eos_token_id if t >= self.model.hparams.n_vocab]
+            if bad:
+                raise ValueError(f"eos_token_id {bad[0]} is outside the vocabulary")
+            return self.opts.eos_token_id
+        eot = self.model.eot_token
+        return () if eot is None else (eot,)
 
     def _start_token(self) -> list[int]:
-        if self.eot is None:
+        eot = self.model.eot_token
+        if eot is None:
             raise ValueError(
                 "an empty prompt starts from <|endoftext|>, but this model's vocabulary has none "
                 "(pass tokenizer= with an eot_token to GPT2, or give a prompt)"
             )
-        return [self.eot]
+        return [eot]
+
+    def _check_context(self) -> None:
+        """The prompt and every token fed back (all but the last chosen) fit in n_ctx."""
+        longest, n_ctx = max(len(r) for r in self.rows), self.model.hparams.n_ctx
+        fed = longest + max(self.max_new_tokens - 1, 0)
+        if self.opts.context == "error" and fed > n_ctx:
+            raise ValueError(
+                f"prompt of {longest} tokens + max_new_tokens={self.max_new_tokens} exceeds the "
+                f"model's context n_ctx={n_ctx} (the last token is not fed back, so at most "
+                f"{max(n_ctx - longest + 1, 0)} new tokens fit); shorten them or pass "
+                "context='slide' (--context slide on the command line)"
+            )
 
     def _token_text(self) -> Any:
         """tokenizer.decode of one id, or None when the model has no tokenizer to decode with."""
@@ -227,8 +212,8 @@ class _Run:
 
     def _new_state(self) -> Row[Any]:
         if self.is_text:
-            return TextRow(self.model.tokenizer, self.opts.stops, self.eot)
-        return IdRow(self.eot)
+            return TextRow(self.model.tokenizer, self.opts.stops, self.ends)
+        return IdRow(self.ends)
 
     # -- the prefill and the sampling loop ---------------------------------------------------
 
@@ -263,63 +248,95 @@ class _Run:
 
     def steps(self) -> Iterator[list[Any]]:
         """Run the decode loop; after each step yield every row's new output piece."""
-        opts, states, seqs = self.opts, self.states, self.seqs
-        if opts.max_new_tokens == 0:
+        opts, states = self.opts, self.states
+        if self.max_new_tokens == 0:
             if opts.echo and opts.logprobs is not None:
                 self.prefill(0)  # the prompts' own log-probs
             return
-        n_ctx = self.model.hparams.n_ctx
-        longest = max(len(r) for r in self.rows)
-        # The last sampled token is never fed back, hence the - 1.
-        logits, cache = self.prefill(min(n_ctx, longest + opts.max_new_tokens - 1))
+        longest, n_ctx = max(len(r) for r in self.rows), self.model.hparams.n_ctx
+        # The last chosen token is never fed back, hence the - 1.
+        logits, cache = self.prefill(min(n_ctx, longest + self.max_new_tokens - 1))
         # one prefill for the n samples of each prompt: its logits now, its cache row copied n
         # times before the first step needs it
-        logits, copied = np.repeat(logits, opts.n, axis=0), opts.n == 1
-        for step in range(opts.max_new_tokens):
-            live = [r for r, s in enumerate(states) if not s.done]
-            new = self._choose(logits[live], live)  # [len(live)]
-            pieces = [states[r].empty for r in range(len(states))]
-            for r, token in zip(live, new.tolist()):
-                seqs[r].append(token)
-                pieces[r] = states[r].push(token)
-            if step == opts.max_new_tokens - 1 or all(s.done for s in states):
+        logits, self.copied = np.repeat(logits, opts.n, axis=0), opts.n == 1
+        for step in range(self.max_new_tokens):
+            pieces = self._step(logits)
+            if step == self.max_new_tokens - 1 or all(s.done for s in states):
                 break
             yield pieces
-            if cache.length == cache.max_len:  # only with context="slide": recompute the window
-                self.rows = [s[-n_ctx:] for s in seqs]
-                logits, cache = self.prefill(n_ctx)  # one row per continuation
-                copied = True
-            else:
-                if not copied:
-                    cache.reorder(np.repeat(np.arange(cache.batch), opts.n))
-                    copied = True
-                last = np.array([s[-1] for s in seqs], dtype=np.int64)[:, None]  # [B, 1]
-                logits = self.model.forward_cached(last, cache, last_only=True)[:, 0]  # [B, V]
+            logits, cache = self._feed(cache)
         for r, s in enumerate(states):  # flush what rows held back (partial UTF-8, stop prefixes)
             if not s.done:
                 pieces[r] = pieces[r] + s.finish()
         yield pieces
 
-    def _choose(self, logits: np.ndarray, live: list[int]) -> np.ndarray:
+    def _step(self, logits: np.ndarray) -> list[Any]:
+        """Choose a token for every live row and push it: -> each row's new output piece."""
+        states = self.states
+        live = [r for r, s in enumerate(states) if not s.done]
+        new, scores = self._choose(logits[live], live)  # [len(live)], [len(live), V] or None
+        pieces = [states[r].empty for r in range(len(states))]
+        for r, token in zip(live, new.tolist()):
+            self.seqs[r].append(token)
+            pieces[r] = states[r].push(token)
+        for r, why in self._halted(live, scores):
+            pieces[r] = pieces[r] + states[r].halt(why)
+        return pieces
+
+    def _feed(self, cache: Any) -> tuple[np.ndarray, Any]:
+        """Each row's last token through the model: -> (next logits [B, V], the cache)."""
+        n_ctx = self.model.hparams.n_ctx
+        if cache.length == cache.max_len:  # only with context="slide": recompute the window
+            self.rows = [s[-n_ctx:] for s in self.seqs]
+            self.copied = True
+            return self.prefill(n_ctx)  # one row per continuation
+        if not self.copied:
+            cache.reorder(np.repeat(np.arange(cache.batch), self.opts.n))
+            self.copied = True
+        last = np.array([s[-1] for s in self.seqs], dtype=np.int64)[:, None]  # [B, 1]
+        return self.model.forward_cached(last, cache, last_only=True)[:, 0], cache  # [B, V]
+
+    def _choose(self, logits: np.ndarray, live: list[int]) -> tuple[np.ndarray, Any]:
         """The next token of each live row, recording its log-prob when asked.
-        logits [R, V] of rows ``live``  ->  int64 [R]"""
-        opts = self.opts
+        logits [R, V] of rows ``live``  ->  (int64 [R], the scores the stopping criteria see
+        [R, V], or None when there are none)"""
+        opts, sampling = self.opts, self.opts.sampling
         z = logits
         if opts.penalties.active:
-            z = logits.astype(np.float64)  # a copy, processed row by row in place
-            for i, r in enumerate(live):
-                ids = np.array(self.seqs[r], dtype=np.int64)
-                z[i] = opts.penalties.apply(z[i], ids, self.n_prompt[r], self.eot)
-        sampling = (opts.temperature, opts.top_k, opts.top_p)
-        new = sample(z, [self.rngs[r] for r in live], *sampling)
+            z = opts.penalties.apply(
+                logits.astype(np.float64), [np.array(self.seqs[r], dtype=np.int64) for r in live],
+                [self.n_prompt[r] for r in live], self.ends, self.max_new_tokens,
+                opts.pad_token_id,
+            )  # fmt: skip
+        z = check_logits(z)
+        new = sampling.sample(z, [self.rngs[r] for r in live])
         if opts.logprobs is not None:
-            if opts.logprobs_mode == "raw":
-                lp = log_softmax(logits)
-            else:
-                lp = log_probabilities(z, *sampling)
+            raw = opts.logprobs_mode == "raw"
+            lp = log_softmax(logits) if raw else sampling.log_probabilities(z)
             for i, r in enumerate(live):
                 self.states[r].note(float(lp[i, new[i]]), self._top(lp[i], opts.logprobs))
-        return new
+        scores = None
+        if self.criteria:  # what HF's stopping criteria are handed: the processed scores
+            scores = z if sampling.greedy else sampling.filter(z)
+        return new, scores
+
+    def _halted(self, live: list[int], scores: Any) -> list[tuple[int, str]]:
+        """(row, reason) for every live row a stopping criterion ends ("stop") or max_time
+        ends ("length"), after this step's token."""
+        going = [r for r in live if not self.states[r].done]
+        if not going:
+            return []
+        if self.opts.max_time is not None and clock() - self.started > self.opts.max_time:
+            return [(r, "length") for r in going]
+        stop = np.zeros(len(live), dtype=bool)
+        rows = [np.array(self.seqs[r], dtype=np.int64) for r in live]  # with the new token
+        for fn, form in self.criteria:
+            if form == "row":
+                said = [bool(fn(ids, s)) for ids, s in zip(rows, scores)]
+            else:
+                said = call_batched(fn, form, rows, scores, self.opts.pad_token_id)
+            stop |= np.broadcast_to(np.asarray(said, dtype=bool), stop.shape)
+        return [(r, "stop") for r, s in zip(live, stop) if s and r in going]
 
     def _top(self, lp: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The k most likely (id, log p) of one step, best first; no −∞ entries."""
@@ -328,11 +345,33 @@ class _Run:
 
     # -- results ---------------------------------------------------------------------------------
 
-    def echo_pieces(self) -> list[Any]:
-        """The first streamed pieces with ``echo``: each continuation's prompt, else nothing."""
-        if not self.opts.echo:
-            return [self.states[0].empty] * len(self.states)
-        return [self._echo(r // self.opts.n) for r in range(len(self.states))]
+    def stream(self) -> Iterator[list[Any]]:
+        """The echoed prompts (when asked), then every step's pieces; with logprobs each piece
+        is a Completion of that step's tokens."""
+        opts, rows = self.opts, range(len(self.states))
+        if opts.echo and opts.logprobs is None:
+            yield [self._echo(r // opts.n) for r in rows]
+        steps = self.steps()
+        first = next(steps, None)  # runs the prefill, which scores echoed prompts
+        if opts.echo and opts.logprobs is not None:
+            yield [self._completion(r // opts.n, "" if self.is_text else [], [], [], [], None)
+                   for r in rows]  # fmt: skip
+        if first is None:
+            return
+        for pieces in itertools.chain([first], steps):
+            if opts.logprobs is None:
+                yield pieces
+            else:
+                yield [self._piece(r, p) for r, p in enumerate(pieces)]
+
+    def _piece(self, r: int, text_or_ids: Any) -> Completion:
+        """Row r's tokens of this step as a Completion (without the echoed prompt)."""
+        ids, logprobs, tops, reason = self.states[r].take()
+        return Completion(
+            text=text_or_ids if self.is_text else None, ids=ids, token_logprobs=list(logprobs),
+            top_logprobs=tops, finish_reason=reason, logprobs_mode=self.opts.logprobs_mode,
+            token_text=self.token_text,
+        )  # fmt: skip
 
     def _echo(self, b: int) -> Any:
         """Prompt b as the caller gave it: its text, or its ids."""
@@ -352,17 +391,17 @@ class _Run:
         return out
 
     def beam_results(self) -> list[Any]:
-        """Beam search from one prefill (:func:`gpt2np.generation.beam.beam_search`); the n best of
-        each
-        prompt as plain text/ids or Completions, prompt-major."""
+        """Beam search from one prefill (:func:`gpt2np.generation.beam.beam_search`); the n best
+        of each prompt as plain text/ids or Completions, prompt-major."""
         opts = self.opts
         longest = max(len(r) for r in self.rows)
-        logits, cache = self.prefill(longest + max(opts.max_new_tokens - 1, 0))
+        logits, cache = self.prefill(longest + max(self.max_new_tokens - 1, 0))
         found = beam_search(
             self.model, cache, logits, self.rows, num_beams=opts.num_beams,
-            max_new_tokens=opts.max_new_tokens, length_penalty=opts.length_penalty,
+            max_new_tokens=self.max_new_tokens, length_penalty=opts.length_penalty,
             early_stopping=opts.early_stopping, num_return=opts.n, penalties=opts.penalties,
-            eot=self.eot, logprobs=opts.logprobs, logprobs_mode=opts.logprobs_mode,
+            ends=self.ends, logprobs=opts.logprobs, logprobs_mode=opts.logprobs_mode,
+            pad_token_id=opts.pad_token_id,
         )  # fmt: skip
         out = []
         for b, hypotheses in enumerate(found):
@@ -386,7 +425,7 @@ class _Run:
         ids: list[int],
         logprobs: list[float],
         tops: list[Any],
-        reason: str,
+        reason: Optional[str],
         score: Optional[float] = None,
     ) -> Completion:
         shown: list[int] = self.shown[b] if self.opts.echo else []
@@ -409,11 +448,15 @@ def _shape(results: list[Any], is_batch: bool, n: int) -> Any:
     return results if is_batch else results[0]
 
 
-def _stream(first: list[Any], steps: Iterator[list[Any]], is_batch: bool, n: int) -> Iterator[Any]:
-    """The pieces of every step that produced any, shaped like the result (the echoed prompts
-    first)."""
-    if any(first):
-        yield _shape(first, is_batch, n)
-    for pieces in steps:
-        if any(pieces):
-            yield _shape(pieces, is_batch, n)
+def _stream(run: _Run, is_batch: bool) -> Iterator[Any]:
+    """The pieces of every step that produced any, shaped like the result."""
+    for pieces in run.stream():
+        if any(_produced(p) for p in pieces):
+            yield _shape(pieces, is_batch, run.opts.n)
+
+
+def _produced(piece: Any) -> bool:
+    """Whether a piece holds anything: text or ids, or (a Completion) the end of its row."""
+    if isinstance(piece, Completion):
+        return bool(piece.ids or piece.text or piece.finish_reason)
+    return bool(piece)
