@@ -622,3 +622,29 @@ def test_a_file_system_that_cannot_map_files_gets_a_conversion(tmp_path, monkeyp
     monkeypatch.setattr(verify, "map_file", unmappable)
     assert_weights(load(TF_SMALL, cache_dir=tmp_path / "c"))
     assert len(list((tmp_path / "c").glob("*.safetensors"))) == 1
+
+
+def test_what_a_killed_first_load_leaves_the_next_load_removes(tmp_path):
+    """SIGKILL (no cleanup runs) while the entry is written, while the conversion is written,
+    and between the conversion and its entry: the next load serves the right weights and
+    leaves only its entry (and conversion)."""
+    from killpoints import Kill, kill_all
+
+    cases = {  # name: (checkpoint, call of os.replace at which it is killed)
+        "entry": (TF_SMALL, 1),
+        "conversion": (TF_SHARDED, 1),
+        "between": (TF_SHARDED, 2),
+    }
+    kills = []
+    for name, (src, nth) in cases.items():
+        setup = f"import gpt2np; src, cache = {str(src)!r}, {str(tmp_path / name)!r}"
+        kills.append(Kill(setup, "gpt2np.load(src, cache_dir=cache)", "os.replace", nth))
+    kill_all(kills)
+    left = {name: sorted(os.listdir(tmp_path / name)) for name in cases}
+    assert [n for n in left["entry"] if n.endswith(".tmp")] and not left["entry"][1:]
+    assert [n for n in left["conversion"] if n.endswith(".tmp")]
+    assert [n for n in left["between"] if n.endswith(".safetensors")]  # named by no entry
+    for name, (src, _) in cases.items():
+        assert_weights(load(src, cache_dir=tmp_path / name), src)
+        after = sorted(pathlib.Path(p).suffix for p in os.listdir(tmp_path / name))
+        assert after == ([".json"] if src == TF_SMALL else [".json", ".safetensors"]), name
