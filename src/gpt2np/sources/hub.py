@@ -56,7 +56,7 @@ import requests
 from ..checkpoint.hf import shard_names
 from ..errors import CheckpointError, DownloadError
 from ..support.bounded_read import MAX_JSON_BYTES
-from ..support.paths import home_dir
+from ..support.paths import expand_user, home_dir
 from ..support.progress import show_progress
 from ..tokenizer.vocab import MAX_FILE_BYTES
 from . import http as _fetch
@@ -137,13 +137,16 @@ def hf_cache_dir() -> pathlib.Path:
     """huggingface_hub's cache: $HF_HUB_CACHE, $HF_HOME/hub, or ~/.cache/huggingface/hub."""
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         if os.environ.get(var):
-            return pathlib.Path(os.environ[var]).expanduser()
+            return pathlib.Path(expand_user(os.environ[var], var))
     return _hf_home() / "hub"
 
 
 def _hf_home() -> pathlib.Path:
     xdg = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
-    return pathlib.Path(os.environ.get("HF_HOME") or os.path.join(xdg, "huggingface")).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(xdg, "huggingface")
+    return pathlib.Path(
+        expand_user(home, "HF_HOME" if os.environ.get("HF_HOME") else "XDG_CACHE_HOME")
+    )
 
 
 def _offline_by_env() -> Optional[str]:
@@ -158,7 +161,7 @@ def _token(token: Optional[str]) -> Optional[str]:
         return token or None
     if os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN"):
         return os.environ.get("HF_TOKEN") or os.environ["HUGGING_FACE_HUB_TOKEN"]
-    path = pathlib.Path(os.environ.get("HF_TOKEN_PATH") or _hf_home() / "token").expanduser()
+    path = pathlib.Path(os.path.expanduser(os.environ.get("HF_TOKEN_PATH") or _hf_home() / "token"))
     try:
         return path.read_text(encoding="utf-8").strip() or None
     except (OSError, UnicodeDecodeError):

@@ -54,7 +54,7 @@ from typing import Any, Optional, Union
 from .. import hparams as _hparams
 from ..errors import CheckpointError, DownloadError
 from ..support.atomic import write_bytes
-from ..support.paths import fsync_dir, home_dir
+from ..support.paths import expand_user, fsync_dir, home_dir
 from ..support.progress import show_progress, tqdm
 from ..tokenizer.tokenizer import ENCODER_JSON_SHA256, VOCAB_BPE_SHA256
 from . import http as _fetch
@@ -143,7 +143,7 @@ def model_dir(name: str, models_dir: Union[str, os.PathLike[str], None] = None) 
         models_dir = home_dir() / "models"
     elif not isinstance(models_dir, (str, os.PathLike)):
         raise TypeError(f"models_dir must be a path, got {type(models_dir).__name__}")
-    return pathlib.Path(models_dir).expanduser() / resolve_name(name)
+    return pathlib.Path(expand_user(os.fspath(models_dir), "models_dir")) / resolve_name(name)
 
 
 def staging_dir(directory: pathlib.Path) -> pathlib.Path:
@@ -209,7 +209,10 @@ def check_complete(directory: Union[str, os.PathLike[str]]) -> pathlib.Path:
     if directory.name in _hparams.MODEL_NAMES:
         name, parent = directory.name, directory.parent
         call, command = f"gpt2np.download({name!r}", f"gpt2np download {name}"
-        if parent.expanduser().absolute() != (home_dir() / "models").absolute():
+        if (
+            pathlib.Path(os.path.expanduser(parent)).absolute()
+            != (home_dir() / "models").absolute()
+        ):
             call, command = (
                 f"{call}, models_dir={str(parent)!r}",
                 f"{command} --models-dir {parent}",
