@@ -18,6 +18,7 @@ import base64
 import contextlib
 import dataclasses
 import email.utils
+import gzip
 import hashlib
 import http.server
 import re
@@ -96,6 +97,8 @@ class Bucket:
     #: paths whose body is chunked and endless: the file, then zeros, until the client hangs
     #: up or ENDLESS_LIMIT bytes were sent
     endless: set[str] = dataclasses.field(default_factory=set)
+    #: paths sent gzip-compressed, with Content-Encoding: gzip (whatever the client asked for)
+    gzip: set[str] = dataclasses.field(default_factory=set)
     piece: int = PIECE
     piece_delay: float = 0.0  # seconds between pieces, to make transfers overlap
     log: list[Served] = dataclasses.field(default_factory=list)
@@ -181,6 +184,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._reply_empty(status)
             return
         data = bucket.files[path]
+        if path in bucket.gzip:
+            data = gzip.compress(data, mtime=0)
         start = 0
         match = re.fullmatch(r"bytes=(\d+)-", rng or "")
         if bucket.range_support and match and self._if_range_holds(data):
@@ -199,6 +204,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
                 self.send_header("Content-MD5", md5)
         headers = {"Content-Type": bucket.content_type, "Accept-Ranges": "bytes"}
+        if path in bucket.gzip:
+            headers["Content-Encoding"] = "gzip"
         if bucket.etags:
             headers["ETag"] = etag_of(data)
         if bucket.last_modified:
