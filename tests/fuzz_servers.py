@@ -269,7 +269,7 @@ def no_token_elsewhere(*buckets: Bucket) -> None:
 
 
 @target("hub-server", make_hub_case, ["server.json"], errors=(DownloadError, CheckpointError),
-        values=VALUES, json_only=True, smoke=3)  # fmt: skip
+        values=VALUES, json_only=True, smoke=2)  # fmt: skip
 def hub_server(case: pathlib.Path) -> None:
     import gpt2np
 
@@ -376,7 +376,7 @@ def right_files(directory: pathlib.Path, lying: set[str]) -> None:
 
 
 @target("file-server", make_bucket_case, ["server.json"], errors=(DownloadError,),
-        values=VALUES, json_only=True, smoke=3)  # fmt: skip
+        values=VALUES, json_only=True, smoke=2)  # fmt: skip
 def file_server(case: pathlib.Path) -> None:
     import gpt2np
 

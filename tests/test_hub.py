@@ -360,6 +360,9 @@ def test_a_half_downloaded_snapshot_is_never_served(env, monkeypatch):
     """vocab.json failed after config.json and the weights arrived: offline, and by commit with
     the hub unreachable, the snapshot is refused, never served with the bundled GPT-2 tokenizer
     in place of the repository's."""
+    from gpt2np.sources import http
+
+    monkeypatch.setattr(http, "BACKOFF_SECONDS", 0.001)  # the hub unreachable: no waiting
     hub = tiny_hub()
     hub.get_statuses[(REPO, "vocab.json")] = [403]
     commit = hub.repos[REPO].refs["main"]

@@ -62,7 +62,8 @@ def same_origin(a: str, b: str) -> bool:
 
 class _Session(requests.Session):
     def should_strip_auth(self, old_url: str, new_url: str) -> bool:
-        theirs = super().should_strip_auth(old_url, new_url)  # type: ignore[no-untyped-call]
+        # types-requests leaves should_strip_auth untyped
+        theirs = super().should_strip_auth(old_url, new_url)  # type: ignore[no-untyped-call]  # (above)
         return bool(theirs) or not same_origin(old_url, new_url)
 
 
@@ -116,7 +117,8 @@ class _Deadline:
         timer.daemon = True
         timer.start()
         try:
-            response = super().getresponse(*args, **kwargs)  # type: ignore[misc]
+            # the connection class this is mixed into has getresponse; the mixin alone does not
+            response = super().getresponse(*args, **kwargs)  # type: ignore[misc]  # (above)
         except BaseException as e:
             timer.cancel()
             if not watch.arrived():

@@ -14,6 +14,7 @@ nothing up, so a later run removes the temporaries whose writer is gone (:func:`
 its pid names no running process, and nobody holds its lock, which keeps a writer on another
 machine sharing the directory, or in another pid namespace, from being taken for a dead one).
 Nothing else is ever removed: a name without the marker is the user's, whatever it looks like.
+(On Windows no leftover is taken for dead: asking about a pid there would end the process.)
 
 A temporary file is created with the mode any new file gets (0666 less the umask), not
 ``mkstemp``'s 0600, which would stay with the file once renamed.
@@ -35,7 +36,7 @@ from .paths import fsync_dir
 
 try:
     import fcntl
-except ImportError:  # Windows: the pid alone tells a dead writer
+except ImportError:  # Windows: no flock (and no safe way to ask about a pid: see writer_gone)
     fcntl = None  # type: ignore[assignment]  # the module's name, None where there is none
 
 __all__ = [
@@ -177,10 +178,10 @@ def _hold(fd: int) -> int:
 def writer_gone(pid: int, path: pathlib.Path) -> bool:
     """Whether the process ``pid`` that wrote ``path`` is gone: not this process, no running
     process of that id here, and no lock held on ``path`` (on its lock file, for a directory)."""
-    if pid == os.getpid() or pid <= 0:
-        return False
+    if pid == os.getpid() or pid <= 0 or os.name == "nt":
+        return False  # on Windows os.kill(pid, 0) would terminate the process: never ask
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # signal 0: is there such a process? (nothing is sent)
     except ProcessLookupError:
         pass
     except (PermissionError, OSError, OverflowError):
