@@ -354,8 +354,8 @@ def test_a_silent_server_fails_in_bounded_time(tmp_path, bucket, base_url, monke
 
 
 def test_a_server_trickling_its_response_head_is_cut(tmp_path, bucket, base_url, monkeypatch):
-    """A status line and headers sent one byte at a time never tripped the read timeout (each
-    read got its byte in time): the watchdog closes the socket at HEAD_DEADLINE."""
+    """A status line and headers sent one byte at a time (each read gets its byte in time, so
+    the read timeout never fires) are cut by the watchdog at HEAD_DEADLINE, on every attempt."""
     monkeypatch.setattr(session, "HEAD_DEADLINE", 0.5)
     monkeypatch.setattr(fetch, "ATTEMPTS", 2)
     bucket.head_trickle["124M/hparams.json"] = (0.02, 20.0)
@@ -399,8 +399,8 @@ def test_the_head_deadline_holds_for_the_hubs_head_requests_too(tmp_path, monkey
 def test_an_endless_body_is_cut_at_the_most_such_a_file_may_have(
     tmp_path, bucket, base_url, monkeypatch
 ) -> None:
-    """model.ckpt.meta has no published size: an endless chunked body filled the disk (675 MB
-    in the field). It is cut at the most such a file may have, and nothing of it is kept."""
+    """model.ckpt.meta has no published size: an endless chunked body is cut at the most such
+    a file may have, and nothing of it is kept."""
     monkeypatch.setitem(dl.MAX_BYTES, "model.ckpt.meta", 1 << 20)
     bucket.endless.add("124M/model.ckpt.meta")
     with pytest.raises(gpt2np.DownloadError, match=r"more than 1048576 bytes .* may have"):
@@ -420,15 +420,15 @@ def test_an_announced_size_over_the_cap_is_refused_before_any_byte(tmp_path, buc
 def test_a_content_length_that_is_not_ascii_digits_is_a_download_error(
     tmp_path, bucket, base_url
 ) -> None:
-    """'²'.isdigit() is True, int('²') a ValueError that escaped as such."""
+    """A Content-Length of '²' (str.isdigit() says yes, int() says no) is a DownloadError."""
     bucket.headers["124M/hparams.json"] = {"Content-Length": "²", "Connection": "close"}
     with pytest.raises(gpt2np.DownloadError, match=r"Content-Length: '²', which is not a byte"):
         gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
 
 
 def test_a_compressed_answer_is_refused_not_saved_compressed(tmp_path, bucket, base_url) -> None:
-    """gpt2np asks for the bytes as they are; a gzip answer was saved gzipped, and the .meta
-    (which nothing checks) kept it."""
+    """gpt2np asks for the bytes as they are: a gzip answer is refused, not saved gzipped
+    (model.ckpt.meta, which nothing checks, would have kept it)."""
     import gzip
 
     meta = bucket.files["124M/model.ckpt.meta"]

@@ -329,8 +329,8 @@ def test_the_token_never_follows_a_backslash_to_another_host(env, monkeypatch, s
 
 @pytest.mark.parametrize("commit", ["../../../../escape", "ABS"])
 def test_a_commit_from_the_server_is_a_commit_id_or_refused(env, monkeypatch, commit):
-    """X-Repo-Commit becomes a directory name: '../..' or an absolute path made directories
-    (and wrote files) outside GPT2NP_HOME."""
+    """X-Repo-Commit becomes a directory name: a value that is not 40 hex digits ('../..', an
+    absolute path) is refused, and nothing is created outside GPT2NP_HOME."""
     commit = str(env / "abs") if commit == "ABS" else commit
     hub = tiny_hub()
     hub.headers[(REPO, "config.json")] = {"X-Repo-Commit": commit}
@@ -387,8 +387,8 @@ def test_a_half_downloaded_snapshot_is_never_served(env, monkeypatch):
 
 
 def test_a_blob_edited_in_place_keeping_size_and_mtime_is_not_served(env, monkeypatch):
-    """hf-cache-verified.json keyed huggingface_hub's blobs on size and mtime, which an edit
-    can keep (touch -r); the stamp has the inode and ctime too."""
+    """A huggingface_hub blob verified once, then edited in place with its size and mtime
+    kept (touch -r), is verified again (the record's stamp has ctime) and not served."""
     from gpt2np.sources import hub_snapshots
 
     monkeypatch.setattr(hub_snapshots, "RACY_NS", 0, raising=False)  # as for an old cache
@@ -417,7 +417,7 @@ def test_a_blob_edited_in_place_keeping_size_and_mtime_is_not_served(env, monkey
 
 @pytest.mark.parametrize("header", ["X-Linked-Size", "Content-Length"])
 def test_a_header_number_that_is_not_ascii_digits_is_a_download_error(env, monkeypatch, header):
-    """'²'.isdigit() is True but int('²') raises: a ValueError escaped."""
+    """A size header of '²' (str.isdigit() says yes, int() says no) is a DownloadError."""
     hub = tiny_hub()
     name = "model.safetensors" if header == "X-Linked-Size" else "config.json"
     hub.headers[(REPO, name)] = {header: "²"}

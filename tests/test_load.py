@@ -227,8 +227,8 @@ def test_an_interrupted_download_directory_says_what_is_missing_and_how_to_resum
     ids=["info --model", "download --models-dir", "HF_HUB_CACHE"],
 )  # fmt: skip
 def test_a_tilde_of_no_user_is_one_line_of_error(home, monkeypatch, capsys, argv, env) -> None:
-    """pathlib's expanduser raised RuntimeError ("Could not determine home directory"), which
-    the CLI printed as a traceback; load() already said what was wrong."""
+    """A ~user that does not exist, in --model, --models-dir or HF_HUB_CACHE, is one line
+    of error naming it (pathlib's expanduser would raise RuntimeError, a traceback)."""
     import gpt2np.cli.app as cli
 
     for name, value in env.items():

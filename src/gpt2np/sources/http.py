@@ -33,11 +33,10 @@ What is retried, with exponential backoff (:data:`BACKOFF_SECONDS` · 2^k): a re
 connection, 5xx, 408, 429, a timeout, a short or overlong body, a stall. The notices go to
 stderr when progress is shown.
 
-The time bound. Connecting waits at most :data:`CONNECT_TIMEOUT` (10 s, per address of the host);
-the response's status line and headers must arrive within
-:data:`~gpt2np.sources.session.HEAD_DEADLINE` (15 s, however they trickle: a watchdog closes the
-socket), and any single read of the body waits at most
-:data:`READ_TIMEOUT` (15 s). A body that brings fewer than :data:`STALL_BYTES` (64 KiB) in
+The time bound. Connecting waits at most :data:`CONNECT_TIMEOUT` (10 s, per address of the host).
+The status line and headers must arrive within :data:`~gpt2np.sources.session.HEAD_DEADLINE`
+(15 s) however they trickle: a watchdog closes the socket. Any single read of the body waits at
+most :data:`READ_TIMEOUT` (15 s). A body that brings fewer than :data:`STALL_BYTES` (64 KiB) in
 :data:`STALL_SECONDS` (20 s), such as a server trickling a byte every few seconds, is cut and
 resumed. A file fails after :data:`ATTEMPTS` (4) attempts in a row that each bring less than
 64 KiB of new data. So a server that never answers fails in about 4 × 15 s + 3.5 s of backoff
