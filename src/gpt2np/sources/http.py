@@ -550,7 +550,8 @@ def _causes(error: BaseException) -> Iterator[BaseException]:
             continue
         seen.add(id(e))
         yield e
-        wrapped = [getattr(e, "reason", None), e.__cause__, e.__context__, *e.args]
+        context = None if e.__suppress_context__ else e.__context__  # "raise ... from None"
+        wrapped = [getattr(e, "reason", None), e.__cause__, context, *e.args]
         todo.extend(w for w in wrapped if isinstance(w, BaseException))
 
 

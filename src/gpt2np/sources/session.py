@@ -119,10 +119,10 @@ class _Deadline:
         try:
             # the connection class this is mixed into has getresponse; the mixin alone does not
             response = super().getresponse(*args, **kwargs)  # type: ignore[misc]  # (above)
-        except BaseException as e:
+        except BaseException:
             timer.cancel()
-            if not watch.arrived():
-                raise _late(deadline) from e
+            if not watch.arrived():  # the error is the shut socket's: say why it was shut
+                raise _late(deadline) from None
             raise
         timer.cancel()
         if not watch.arrived():
