@@ -207,3 +207,6 @@ def vocab(case: pathlib.Path) -> None:
     tok = Tokenizer.from_files(case / "encoder.json", case / "vocab.bpe")
     ids = tok.encode(" the hello world <|endoftext|>", allowed_special="all")
     tok.decode(ids)
+
+
+import fuzz_servers  # noqa: E402, F401  (registers the server targets: hub-server, file-server)

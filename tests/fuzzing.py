@@ -25,6 +25,11 @@ case's directory), ``files`` the relative paths to damage (a glob pattern is all
 callable listing them once the case's directory exists (after ``prepare``); the check gets the
 case's directory and raises :class:`Wrong` for a wrong result; an exception of a class in
 ``errors`` counts as a clear refusal. ``tests/test_fuzz.py`` runs every registered target.
+
+A target whose file is a *plan* (JSON describing what a test server does, say) rather than a
+file gpt2np reads may ask for ``json_only`` mutations (a value replaced or a key dropped: the
+plan stays readable) drawn from its own ``values``, and a smaller ``smoke`` count for the
+default run when its cases are slow (tests/fuzz_servers.py has two such targets).
 """
 
 from __future__ import annotations
@@ -66,6 +71,9 @@ class Target:
     errors: tuple[type[BaseException], ...] = ()
     json_files: tuple[str, ...] = (".json",)
     region: Callable[[pathlib.Path, bytes], tuple[int, int]] | None = None
+    values: tuple[Any, ...] = ()
+    json_only: bool = False
+    smoke: int = 8
 
 
 TARGETS: dict[str, Target] = {}
@@ -78,6 +86,9 @@ def target(
     prepare: Callable[[pathlib.Path], None] | None = None,
     errors: tuple[type[BaseException], ...] | None = None,
     region: Callable[[pathlib.Path, bytes], tuple[int, int]] | None = None,
+    values: tuple[Any, ...] = (),
+    json_only: bool = False,
+    smoke: int = 8,
 ) -> Callable[[Callable[[pathlib.Path], None]], Callable[[pathlib.Path], None]]:
     """Register ``check`` as the fuzz target ``name`` (see the module docstring)."""
 
@@ -100,7 +111,8 @@ def target(
                 return sorted(os.path.relpath(p, case) for p in found if os.path.isfile(p))
 
         refusals = (CheckpointError,) if errors is None else errors
-        TARGETS[name] = Target(name, make, listing, check, prepare, refusals, region=region)
+        TARGETS[name] = Target(name, make, listing, check, prepare, refusals, region=region,
+                               values=values, json_only=json_only, smoke=smoke)  # fmt: skip
         return check
 
     return register
@@ -116,19 +128,33 @@ INTERESTING_JSON: tuple[Any, ...] = (
 )  # fmt: skip
 
 
-def mutate(data: bytes, rng: random.Random, is_json: bool, lo: int = 0, hi: int | None = None):
+def mutate(
+    data: bytes,
+    rng: random.Random,
+    is_json: bool,
+    lo: int = 0,
+    hi: int | None = None,
+    values: tuple[Any, ...] = (),
+    json_only: bool = False,
+):
     """A damaged copy of ``data`` and a description of the damage; in-place changes fall in
-    bytes [lo, hi) (the whole file by default)."""
+    bytes [lo, hi) (the whole file by default). ``values``: what a JSON value may become (by
+    default INTERESTING_JSON); ``json_only``: only the mutations that keep the JSON readable."""
     hi = len(data) if hi is None else hi
     kinds = ["flip", "byte", "int", "truncate", "append", "delete", "duplicate", "insert"]
     if is_json:
         kinds += ["json value"] * 4 + ["json drop key"] * 2 + ["json deep", "json text number"]
+    if json_only:
+        kinds = ["json value"] * 3 + ["json drop key"]
     kind = rng.choice(kinds)
     if kind.startswith("json"):
-        out = _mutate_json(data, rng, kind)
+        out = _mutate_json(data, rng, kind, values or INTERESTING_JSON)
         if out is not None:
             return out
-        kind = "flip"
+        kind = "flip" if not json_only else "json value"
+        out = _mutate_json(data, rng, kind, values or INTERESTING_JSON) if json_only else None
+        if out is not None:
+            return out
     if not data or lo >= hi:
         return data + bytes([rng.randrange(256)]), "append 1 byte to an empty file"
     at = rng.randrange(lo, hi)
@@ -162,7 +188,7 @@ def mutate(data: bytes, rng: random.Random, is_json: bool, lo: int = 0, hi: int 
     return data[:at] + extra + data[at:], f"insert {extra.hex()} at {at}"
 
 
-def _mutate_json(data: bytes, rng: random.Random, kind: str):
+def _mutate_json(data: bytes, rng: random.Random, kind: str, values: tuple[Any, ...]):
     try:
         doc = json.loads(data)
     except ValueError:
@@ -199,7 +225,7 @@ def _mutate_json(data: bytes, rng: random.Random, kind: str):
         del container[key]
         what = f"drop {key!r}"
     else:
-        value = rng.choice(INTERESTING_JSON)
+        value = rng.choice(values)
         if isinstance(container[key], bool):
             value = not container[key]
         container[key] = value
@@ -222,7 +248,7 @@ def apply(t: Target, case: pathlib.Path, seed: int) -> str:
     path = case / name
     data = path.read_bytes()
     lo, hi = t.region(path, data) if t.region else (0, len(data))
-    new, what = mutate(data, rng, name.endswith(t.json_files), lo, hi)
+    new, what = mutate(data, rng, name.endswith(t.json_files), lo, hi, t.values, t.json_only)
     if new == data:
         new, what = data + b"\0", what + " (no change), then append a zero byte"
     path.write_bytes(new)

@@ -8,7 +8,8 @@ The faults imitate what a client meets in the field: 5xx and 4xx answers, connec
 before the answer or reset in the middle of the body, a Content-Length that is too short or too
 long, a body with no length at all that is cut, a file that changes between two requests (with
 or without an ETag, and a server that ignores If-Range), a server that trickles its body a
-byte at a time, one that never answers, and an HTML page where the file should be.
+byte at a time, or its status line and headers, one that never answers, one that sends an
+endless chunked body, and an HTML page where the file should be.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import base64
 import contextlib
 import dataclasses
 import email.utils
+import gzip
 import hashlib
 import http.server
 import re
@@ -29,6 +31,7 @@ import urllib.parse
 from collections.abc import Iterator
 
 PIECE = 4096  # the server writes bodies in pieces of this size
+ENDLESS_LIMIT = 256 << 20  # the most bytes an "endless" body sends (a test must end)
 
 
 @dataclasses.dataclass
@@ -40,6 +43,7 @@ class Served:
     status: int
     if_range: str | None = None
     sent: int = 0  # body bytes written
+    hung_up: bool = False  # the client closed the connection before the server was done
     headers: dict[str, str] = dataclasses.field(default_factory=dict)  # the request's
     finished: threading.Event = dataclasses.field(default_factory=threading.Event, repr=False)
 
@@ -87,6 +91,14 @@ class Bucket:
     silent: dict[str, float] = dataclasses.field(default_factory=dict)
     #: path -> answer the next ranged request with a 206 starting this many bytes off (once)
     wrong_start: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: path -> (seconds, limit): send the status line and headers one byte every ``seconds``,
+    #: never ending them, until the client hangs up or ``limit`` seconds passed (every request)
+    head_trickle: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    #: paths whose body is chunked and endless: the file, then zeros, until the client hangs
+    #: up or ENDLESS_LIMIT bytes were sent
+    endless: set[str] = dataclasses.field(default_factory=set)
+    #: paths sent gzip-compressed, with Content-Encoding: gzip (whatever the client asked for)
+    gzip: set[str] = dataclasses.field(default_factory=set)
     piece: int = PIECE
     piece_delay: float = 0.0  # seconds between pieces, to make transfers overlap
     log: list[Served] = dataclasses.field(default_factory=list)
@@ -131,6 +143,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         finally:
             record.finished.set()
 
+    def do_HEAD(self) -> None:  # logged, and answered with the status a GET would get
+        record = Served(urllib.parse.urlsplit(self.path).path.lstrip("/"), None, 0,
+                        headers=dict(self.headers))  # fmt: skip
+        with self.server.bucket.lock:
+            self.server.bucket.log.append(record)
+        data = self.server.bucket.files.get(record.path)
+        record.status = 404 if data is None else 200
+        self._reply_empty(record.status, {} if data is None else {"X-Size": str(len(data))})
+        record.finished.set()
+
     def _answer(self, record: Served) -> None:
         bucket, path, rng = self.server.bucket, record.path, record.range
         with bucket.lock:
@@ -152,6 +174,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path in bucket.silent:
             self._say_nothing(bucket.silent[path])
             return
+        if path in bucket.head_trickle:
+            self._trickle_head(record, *bucket.head_trickle[path])
+            return
         if status is None and path not in bucket.files:
             status = 404
         if status is not None:
@@ -159,6 +184,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._reply_empty(status)
             return
         data = bucket.files[path]
+        if path in bucket.gzip:
+            data = gzip.compress(data, mtime=0)
         start = 0
         match = re.fullmatch(r"bytes=(\d+)-", rng or "")
         if bucket.range_support and match and self._if_range_holds(data):
@@ -177,6 +204,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
                 self.send_header("Content-MD5", md5)
         headers = {"Content-Type": bucket.content_type, "Accept-Ranges": "bytes"}
+        if path in bucket.gzip:
+            headers["Content-Encoding"] = "gzip"
         if bucket.etags:
             headers["ETag"] = etag_of(data)
         if bucket.last_modified:
@@ -188,10 +217,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             headers["Content-Length"] = str(bucket.length.get(path, len(data) - start))
             if path in bucket.length:
                 self.close_connection = True  # else the client waits for the missing bytes
+        if path in bucket.endless:
+            headers.pop("Content-Length", None)
+            headers["Transfer-Encoding"] = "chunked"
         headers.update(bucket.headers.get(path, {}))
         for key, value in headers.items():
             self.send_header(key, value)
         self.end_headers()
+        if path in bucket.endless:
+            self._endless(record, data[start:])
+            return
         if left:
             self._trickle(record, data[start:], every)
             return
@@ -220,6 +255,33 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             readable, _, _ = select.select([self.connection], [], [], 0.05)
             if readable and not self.connection.recv(1, socket.MSG_PEEK):
                 break  # the client closed the connection
+        self.close_connection = True
+
+    def _trickle_head(self, record: Served, every: float, limit: float) -> None:
+        """A status line, then a header line that never ends, one byte at a time."""
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nX-Slow: "
+        deadline = time.monotonic() + limit
+        try:
+            for i in range(1 << 30):
+                if time.monotonic() > deadline:
+                    break
+                self.wfile.write(head[i : i + 1] if i < len(head) else b"a")
+                self.wfile.flush()
+                time.sleep(every)
+        except OSError:
+            record.hung_up = True
+        self.close_connection = True
+
+    def _endless(self, record: Served, body: bytes) -> None:
+        """``body`` as chunks, then zeros for ever (up to ENDLESS_LIMIT bytes)."""
+        try:
+            zeros = bytes(1 << 16)
+            for piece in (body, *([zeros] * (ENDLESS_LIMIT // len(zeros)))):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                record.sent += len(piece)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            record.hung_up = True
         self.close_connection = True
 
     def _trickle(self, record: Served, body: bytes, every: float) -> None:
@@ -281,14 +343,15 @@ class _Server(http.server.ThreadingHTTPServer):
 
 
 @contextlib.contextmanager
-def serve(bucket: Bucket) -> Iterator[str]:
-    """Run ``bucket`` on 127.0.0.1 in a thread; yield its base URL ``http://127.0.0.1:PORT``."""
-    server = _Server(("127.0.0.1", 0), _Handler)
+def serve(bucket: Bucket, host: str = "127.0.0.1") -> Iterator[str]:
+    """Run ``bucket`` on ``host`` (a loopback address) in a thread; yield its base URL
+    ``http://HOST:PORT``."""
+    server = _Server((host, 0), _Handler)
     server.bucket = bucket
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+        yield f"http://{host}:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()

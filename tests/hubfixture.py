@@ -16,6 +16,11 @@ and yields the endpoint URL. What it imitates, as huggingface_hub expects it:
   ``GatedRepo`` for a gated one without a token and 403 with a token that has no access,
   404 ``RevisionNotFound`` and 404 ``EntryNotFound``.
 
+Faults to inject, by (repo, file): ``statuses`` (answered first, HEAD and GET alike),
+``get_statuses`` (GET only: the HEAD lists the file, its download fails), ``headers`` (replaced
+or added in the answer: a lying X-Repo-Commit, X-Linked-Size or Location), ``redirect`` (a 307 to
+that Location) and ``endless`` (a small file's GET body chunked and never ending).
+
 Every request is logged with its headers, on both servers, so tests can see where a token went.
 """
 
@@ -30,7 +35,7 @@ import threading
 import urllib.parse
 from collections.abc import Iterator
 
-from httpfixture import Bucket, serve
+from httpfixture import ENDLESS_LIMIT, Bucket, serve
 
 LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".h5", ".msgpack")
 
@@ -86,6 +91,14 @@ class Hub:
     statuses: dict[tuple[str, str], list[int]] = dataclasses.field(default_factory=dict)
     #: (repo, file) -> headers to leave out of the answer (e.g. {"X-Repo-Commit"})
     omit: dict[tuple[str, str], set[str]] = dataclasses.field(default_factory=dict)
+    #: (repo, file) -> statuses answered first to GET requests only
+    get_statuses: dict[tuple[str, str], list[int]] = dataclasses.field(default_factory=dict)
+    #: (repo, file) -> headers replaced or added in its answers
+    headers: dict[tuple[str, str], dict[str, str]] = dataclasses.field(default_factory=dict)
+    #: (repo, file) -> answer with a 307 to this Location
+    redirect: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
+    #: (repo, file) of small files whose GET body is chunked and endless (after the file)
+    endless: set[tuple[str, str]] = dataclasses.field(default_factory=set)
     cdn: Bucket = dataclasses.field(default_factory=lambda: Bucket({}))
     cdn_url: str = ""
     log: list[Logged] = dataclasses.field(default_factory=list)
@@ -123,12 +136,20 @@ class _HubHandler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._answer(body=True)
 
-    def _reply(self, status: int, headers: dict[str, str], body: bytes = b"") -> None:
+    def _reply(
+        self,
+        status: int,
+        headers: dict[str, str],
+        body: bytes = b"",
+        omit: frozenset[str] | set[str] = frozenset(),
+    ) -> None:
         hub = self.server.hub
         with hub.lock:
             hub.log.append(Logged(self.command, self.path, status, dict(self.headers)))
         self.send_response(status)
         headers = {"Content-Length": str(len(body)), **headers}
+        for key in omit:
+            headers.pop(key, None)
         for key, value in headers.items():
             self.send_header(key, value)
         self.end_headers()
@@ -164,9 +185,15 @@ class _HubHandler(http.server.BaseHTTPRequestHandler):
             return
         with hub.lock:
             queued = hub.statuses.get((repo_id, name))
+            if not queued and body:
+                queued = hub.get_statuses.get((repo_id, name))
             status = queued.pop(0) if queued else None
         if status is not None:
             self._error(status, "Injected")
+            return
+        if (repo_id, name) in hub.redirect:
+            self._reply(307, {"Location": hub.redirect[(repo_id, name)],
+                              **hub.headers.get((repo_id, name), {})})  # fmt: skip
             return
         commit = revision if revision in repo.commits else repo.refs.get(revision)
         if commit is None:
@@ -191,13 +218,34 @@ class _HubHandler(http.server.BaseHTTPRequestHandler):
         else:
             headers.update({"ETag": f'"{git_blob_sha1(data)}"', "Content-Type": "text/plain"})
             status = 200
-        for header in hub.omit.get((repo_id, name), ()):
-            headers.pop(header, None)
+        headers.update(hub.headers.get((repo_id, name), {}))
+        omit = hub.omit.get((repo_id, name), frozenset())
         if not body:
-            headers["Content-Length"] = str(len(data))
-            self._reply(status, headers)
+            headers.setdefault("Content-Length", str(len(data)))
+            self._reply(status, headers, omit=omit)
             return
-        self._reply(status, headers, data)
+        if (repo_id, name) in hub.endless and status == 200:
+            self._endless({k: v for k, v in headers.items() if k not in omit}, data)
+            return
+        self._reply(status, headers, data, omit=omit)
+
+    def _endless(self, headers: dict[str, str], data: bytes) -> None:
+        """``data``, then zeros, chunked, until the client hangs up (or ENDLESS_LIMIT)."""
+        hub = self.server.hub
+        with hub.lock:
+            hub.log.append(Logged(self.command, self.path, 200, dict(self.headers)))
+        self.send_response(200)
+        for key, value in {**headers, "Transfer-Encoding": "chunked"}.items():
+            self.send_header(key, value)
+        self.end_headers()
+        zeros = bytes(1 << 16)
+        try:
+            for piece in (data, *([zeros] * (ENDLESS_LIMIT // len(zeros)))):
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            pass
+        self.close_connection = True
 
 
 class _HubServer(http.server.ThreadingHTTPServer):

@@ -9,7 +9,20 @@ import sys
 
 import pytest
 
-from gpt2np.support.atomic import TEMP_PATTERN, atomic_write, is_leftover, write_bytes
+from gpt2np.support.atomic import (
+    DIR_LOCK,
+    TEMP_PATTERN,
+    TempDir,
+    atomic_write,
+    is_leftover,
+    sweep,
+    write_bytes,
+)
+
+try:
+    import fcntl
+except ImportError:
+    fcntl = None
 
 
 def test_replaces_whole_and_leaves_no_temporary(tmp_path) -> None:
@@ -65,3 +78,51 @@ def test_a_dead_writers_temporary_is_a_leftover_a_live_ones_is_not(tmp_path) -> 
     for p in (left, live, mine, theirs):
         p.write_bytes(b"")
     assert [is_leftover(p) for p in (left, live, mine, theirs)] == [True, False, False, False]
+
+
+@pytest.mark.skipif(fcntl is None, reason="no flock here")
+def test_a_locked_temporary_is_alive_whatever_its_pid_says(tmp_path) -> None:
+    """A writer on another machine sharing the directory (or in another pid namespace) has a
+    pid that means nothing here: the lock it holds is what keeps its files."""
+    pid = dead_pid()
+    remote = tmp_path / f".model.safetensors.gpt2np-{pid}-0123456789ab.tmp"
+    remote.write_bytes(b"")
+    remote_dir = tmp_path / f".out.gpt2np-{pid}-0123456789ab.tmp"
+    remote_dir.mkdir()
+    (remote_dir / DIR_LOCK).write_bytes(b"")
+    held = [os.open(remote, os.O_RDWR), os.open(remote_dir / DIR_LOCK, os.O_RDWR)]
+    for fd in held:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    sweep(tmp_path)
+    assert remote.exists() and remote_dir.exists()
+    for fd in held:
+        os.close(fd)  # the writer dies: its locks go with it
+    sweep(tmp_path)
+    assert os.listdir(tmp_path) == []
+
+
+def test_sweep_removes_only_dead_writers_files_and_directories(tmp_path) -> None:
+    pid = dead_pid()
+    dead_dir = tmp_path / f".out.gpt2np-{pid}-0123456789ab.tmp"
+    (dead_dir / "sub").mkdir(parents=True)
+    (dead_dir / "sub" / "model.safetensors").write_bytes(b"half")
+    dead_file = tmp_path / f".x.json.gpt2np-{pid}-0123456789ab.tmp"
+    dead_file.write_bytes(b"half")
+    live = TempDir(tmp_path, "out")
+    keep = ["notes.tmp", f"out.gpt2np-{pid}-0123456789ab.tmp", f".x.gpt2np-{pid}-0123.tmp"]
+    for name in keep:
+        (tmp_path / name).write_bytes(b"mine")
+    (tmp_path / f".link.gpt2np-{pid}-0123456789ab.tmp").symlink_to(dead_dir / "sub")
+    keep.append(f".link.gpt2np-{pid}-0123456789ab.tmp")  # gpt2np makes no symlinks
+    sweep(tmp_path, only="x.json")
+    assert dead_dir.exists() and not dead_file.exists()
+    sweep(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == sorted([*keep, live.path.name])
+    live.remove()
+    assert sorted(os.listdir(tmp_path)) == sorted(keep)
+
+
+def dead_pid() -> int:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    return int(dead.stdout)

@@ -13,6 +13,8 @@ import multiprocessing
 import os
 import pathlib
 import shutil
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -342,6 +344,33 @@ def test_a_damaged_entry_is_discarded_and_rebuilt_never_served(tmp_path, damage,
     assert_weights(load(d, cache_dir=cache))  # rebuilt, and no warning again
 
 
+def _swap_records(body):
+    """Swap two tensors' whole records, offsets and CRC-32Cs alike: what a forger does."""
+    t = body["tensors"]
+    t["ln_f.g"], t["ln_f.b"] = t["ln_f.b"], t["ln_f.g"]
+    body["racy"] = False
+
+
+@pytest.mark.parametrize("src", [TF_SMALL, TF_SHARDED], ids=["in place", "converted"])
+def test_verify_checks_against_the_checkpoint_not_the_entry(tmp_path, src, settled):
+    """An entry that agrees with itself (checksum and CRC-32Cs forged to match) but not with
+    the checkpoint is served without verify, as documented; verify=True checks the checkpoint
+    against its own index and serves the right weights."""
+    cache = tmp_path / "c"
+    load(src, cache_dir=cache)
+    forge(only_entry(cache), _swap_records)
+    forged = load(src, cache_dir=cache).params["ln_f"]
+    assert np.array_equal(forged["g"], expected(src)["ln_f.b"])  # the forgery is served
+    if src == TF_SMALL:  # the entry is rewritten from the index
+        assert_weights(load(src, cache_dir=cache, verify=True), src)
+    else:  # the conversion is found to differ from the checkpoint, and replaced
+        with pytest.warns(
+            UserWarning, match=r"tensor ln_f\.[gb] in .* differs from the checkpoint"
+        ):
+            assert_weights(load(src, cache_dir=cache, verify=True), src)
+    assert_weights(load(src, cache_dir=cache), src)  # and the entry was put right
+
+
 @pytest.mark.parametrize(
     "content",
     [b"", b"\0" * 8, b"[1, 2]", b'{"body": {}, "sha256": "x"}', b"[" * 100_000 + b"]" * 100_000,
@@ -392,7 +421,7 @@ def test_bit_rot_in_a_conversion_is_found_by_verify(tmp_path, settled):
     flip(converted, converted.stat().st_size - 100)
     new = cache_module.stamp(converted.stat())
     forge(only_entry(cache), lambda b: b.update(data=[b["data"][0], new]))
-    with pytest.warns(UserWarning, match="checksum mismatch for tensor"):
+    with pytest.warns(UserWarning, match=r"tensor \S+ in .*safetensors differs from the checkp"):
         assert_weights(load(TF_SHARDED, cache_dir=cache, verify=True), TF_SHARDED)
     assert_weights(load_dir(TF_SHARDED, cache_dir=cache, verify=True), TF_SHARDED)
 
@@ -466,23 +495,56 @@ def test_an_unwritable_cache_still_loads(tmp_path):
     assert len(caught) == 1 and caught[0].filename == __file__
 
 
-def test_leftovers_are_tidied(tmp_path):
-    """Temporary files of killed processes (a day old), old-format entries (directories holding
-    a hard link to a checkpoint or a copy of it), conversions of vanished checkpoints."""
+def test_what_the_cache_did_not_write_is_never_touched(tmp_path):
+    """cache_dir may be a directory of the user's: folders named tf-*, files named *.tmp (however
+    old) and anything else not marked as the cache's own stay, through first loads, warm loads
+    and the tidying that writing an entry does."""
+    cache = tmp_path / "c"
+    cache.mkdir()
+    theirs = {
+        "tf-" + "0" * 40: "dir", "tf-mine": "dir", "notes.tmp": "file", "x.json.a.tmp": "file",
+        ".hidden.tmp": "file", "0" * 40 + ".1234abcd.safetensors": "file",
+        ".x.json.gpt2np-notapid-0123456789ab.tmp": "file",
+    }  # fmt: skip
+    two_days_ago = time.time() - 2 * 24 * 3600
+    for name, kind in theirs.items():
+        if kind == "dir":
+            (cache / name).mkdir()
+            (cache / name / "model.ckpt.data").write_bytes(b"mine")
+        else:
+            (cache / name).write_bytes(b"mine")
+        os.utime(cache / name, (two_days_ago, two_days_ago))
+    for src in (TF_SMALL, TF_SHARDED, TF_SMALL):
+        assert_weights(load(src, cache_dir=cache), src)
+    d = copy(tmp_path, TF_SHARDED)
+    load(d, cache_dir=cache)
+    shutil.rmtree(d)
+    load(copy(tmp_path, TF_SHARDED, name="m2"), cache_dir=cache)  # writes an entry: tidies
+    assert set(theirs) <= set(os.listdir(cache))
+    assert all((cache / n).is_dir() == (k == "dir") for n, k in theirs.items())
+
+
+def test_conversions_of_vanished_checkpoints_and_dead_writers_are_removed(tmp_path):
+    """The cache's own leftovers go: the conversion of a checkpoint that no longer exists, a
+    conversion that no entry names whose writer is gone, a dead writer's temporary file."""
     cache = tmp_path / "c"
     d = copy(tmp_path, TF_SHARDED)
     load(d, cache_dir=cache)
     shutil.rmtree(d)
-    legacy, old_tmp, fresh_tmp = cache / ("tf-" + "0" * 40), cache / "x.json.a.tmp", cache / "y.tmp"
-    legacy.mkdir()
-    (legacy / "model.ckpt.data").write_bytes(b"old")
-    for f in (old_tmp, fresh_tmp):
+    dead = dead_pid()
+    orphan = cache / f"{'1' * 40}.gpt2np-{dead}-0123456789ab.safetensors"
+    temporary = cache / f".{'2' * 40}.json.gpt2np-{dead}-0123456789ab.tmp"
+    for f in (orphan, temporary):
         f.write_bytes(b"half written")
-    two_days_ago = time.time() - 2 * 24 * 3600
-    os.utime(old_tmp, (two_days_ago, two_days_ago))
     load(TF_SMALL, cache_dir=cache)
-    assert sorted(p.name for p in cache.iterdir() if not p.name.endswith(".json")) == ["y.tmp"]
-    assert len(list(cache.glob("*.json"))) == 1
+    assert sorted(p.suffix for p in cache.iterdir()) == [".json"]
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited."""
+    child = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    return int(child.stdout)
 
 
 def _load_in_child(args):
@@ -560,3 +622,29 @@ def test_a_file_system_that_cannot_map_files_gets_a_conversion(tmp_path, monkeyp
     monkeypatch.setattr(verify, "map_file", unmappable)
     assert_weights(load(TF_SMALL, cache_dir=tmp_path / "c"))
     assert len(list((tmp_path / "c").glob("*.safetensors"))) == 1
+
+
+def test_what_a_killed_first_load_leaves_the_next_load_removes(tmp_path):
+    """SIGKILL (no cleanup runs) while the entry is written, while the conversion is written,
+    and between the conversion and its entry: the next load serves the right weights and
+    leaves only its entry (and conversion)."""
+    from killpoints import Kill, kill_all
+
+    cases = {  # name: (checkpoint, call of os.replace at which it is killed)
+        "entry": (TF_SMALL, 1),
+        "conversion": (TF_SHARDED, 1),
+        "between": (TF_SHARDED, 2),
+    }
+    kills = []
+    for name, (src, nth) in cases.items():
+        setup = f"import gpt2np; src, cache = {str(src)!r}, {str(tmp_path / name)!r}"
+        kills.append(Kill(setup, "gpt2np.load(src, cache_dir=cache)", "os.replace", nth))
+    kill_all(kills)
+    left = {name: sorted(os.listdir(tmp_path / name)) for name in cases}
+    assert [n for n in left["entry"] if n.endswith(".tmp")] and not left["entry"][1:]
+    assert [n for n in left["conversion"] if n.endswith(".tmp")]
+    assert [n for n in left["between"] if n.endswith(".safetensors")]  # named by no entry
+    for name, (src, _) in cases.items():
+        assert_weights(load(src, cache_dir=tmp_path / name), src)
+        after = sorted(pathlib.Path(p).suffix for p in os.listdir(tmp_path / name))
+        assert after == ([".json"] if src == TF_SMALL else [".json", ".safetensors"]), name

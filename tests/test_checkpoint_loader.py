@@ -623,3 +623,49 @@ def test_save_on_a_really_full_file_system(tmp_path):
         assert os.listdir(mnt) == []
     finally:
         subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_what_a_killed_save_leaves_the_next_save_removes(tmp_path):
+    """SIGKILL while model.safetensors is written, just before the directory is renamed into
+    place, and halfway through replacing an existing directory's files: the next save of the
+    same model leaves exactly the saved files, and they load."""
+    from killpoints import Kill, kill_all
+
+    cases = {  # name: (out exists already, the call where it is killed)
+        "writing": (False, "os.fsync", 1),
+        "renaming": (False, "os.rename", 1),
+        "merging": (True, "os.replace", 3),
+    }
+    kills = []
+    for name, (existing, point, nth) in cases.items():
+        out = tmp_path / name / "out"
+        out.mkdir(parents=True, exist_ok=existing) if existing else out.parent.mkdir()
+        setup = f"import gpt2np; m = gpt2np.load({str(TF_SMALL)!r}, use_cache=False)"
+        kills.append(Kill(setup, f"gpt2np.save(m, {str(out)!r})", point, nth))
+    kill_all(kills)
+    for name, (existing, _, _) in cases.items():
+        where = tmp_path / name / ("out" if existing else "")
+        assert any(n.startswith(".out.") for n in os.listdir(where)), name  # left
+    model = load(TF_SMALL, use_cache=False)
+    for name in cases:
+        save(model, tmp_path / name / "out")
+        assert os.listdir(tmp_path / name) == ["out"], name
+        files = ["config.json", "merges.txt", "model.safetensors", "vocab.json"]
+        assert sorted(os.listdir(tmp_path / name / "out")) == files, name
+        got = flatten(load(tmp_path / name / "out").params)
+        assert all(np.array_equal(a, got[k]) for k, a in flatten(model.params).items())
+
+
+def test_a_save_that_cannot_write_names_the_destination_not_its_temporary(tmp_path, capsys):
+    """/proc takes no new directories: the error names the destination the user gave."""
+    if not os.path.isdir("/proc/self"):
+        pytest.skip("no /proc here")
+    with pytest.raises(OSError) as e:
+        save(load(TF_SMALL, use_cache=False), "/proc/gpt2np-forbidden")
+    assert "/proc/gpt2np-forbidden" in str(e.value) and ".tmp" not in str(e.value)
+    from gpt2np.cli.app import main
+
+    assert main(["convert", str(TF_SMALL), "/proc/gpt2np-forbidden/sub"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpt2np: error: ") and err.count("\n") == 1
+    assert "/proc/gpt2np-forbidden" in err and ".tmp" not in err

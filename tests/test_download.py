@@ -11,6 +11,7 @@ Timeouts, stall windows, attempts and backoff are patched small, so no test wait
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib
 import json
@@ -28,6 +29,7 @@ import pytest
 
 import gpt2np
 from gpt2np.sources import http as fetch
+from gpt2np.sources import session
 from httpfixture import Bucket, closed_port_url, etag_of, serve
 
 # gpt2np.download is the function; the module behind it, whose constants the tests patch:
@@ -115,7 +117,7 @@ def test_fetches_the_seven_files(tmp_path, bucket, base_url) -> None:
     assert_release(directory, bucket)
     assert sorted(r.path for r in bucket.served()) == sorted(bucket.files)
     assert all(r.status == 200 and r.range is None for r in bucket.served())
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".124M.lock", "124M"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["124M"]  # no lock left behind
     assert sorted(p.name for p in directory.iterdir()) == sorted([*dl.MODEL_FILES, dl.MANIFEST])
 
 
@@ -228,7 +230,10 @@ def test_a_partial_file_of_a_file_that_changed_is_not_spliced(tmp_path, bucket, 
         mp.setattr(fetch, "ATTEMPTS", 1)
         with pytest.raises(gpt2np.DownloadError):
             gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
-    assert old.startswith(partial(tmp_path, DATA).read_bytes())
+    if server == "no-validator":  # nothing could resume it: not kept
+        assert not partial(tmp_path, DATA).exists()
+    else:
+        assert old.startswith(partial(tmp_path, DATA).read_bytes())
     bucket.files[f"124M/{DATA}"] = new  # the server now has the new file
     n = len(bucket.served())
     directory = gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
@@ -348,13 +353,114 @@ def test_a_silent_server_fails_in_bounded_time(tmp_path, bucket, base_url, monke
     assert_nothing_like_a_model(tmp_path)
 
 
+def test_a_server_trickling_its_response_head_is_cut(tmp_path, bucket, base_url, monkeypatch):
+    """A status line and headers sent one byte at a time (each read gets its byte in time, so
+    the read timeout never fires) are cut by the watchdog at HEAD_DEADLINE, on every attempt."""
+    monkeypatch.setattr(session, "HEAD_DEADLINE", 0.5)
+    monkeypatch.setattr(fetch, "ATTEMPTS", 2)
+    bucket.head_trickle["124M/hparams.json"] = (0.02, 20.0)
+    with pytest.raises(gpt2np.DownloadError, match=r"no complete response head within 0\.5 s"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    requests = bucket.requests_for("124M/hparams.json")
+    assert len(requests) == 2 and all(r.hung_up for r in requests)  # the client cut each
+    assert_nothing_like_a_model(tmp_path)
+
+
+def test_the_head_deadline_holds_for_the_hubs_head_requests_too(tmp_path, monkeypatch) -> None:
+    """The hub is asked with HEAD, through the same session: a trickling hub is cut too."""
+    import socketserver
+
+    class Trickle(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            asked.append(self.request.recv(65536).split(b" ")[0])
+            with contextlib.suppress(OSError):
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 1000:  # 20 s of head
+                    self.request.sendall(bytes([byte]))
+                    time.sleep(0.02)
+
+    asked: list[bytes] = []
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Trickle)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}).start()
+    monkeypatch.setattr(session, "HEAD_DEADLINE", 0.5)
+    monkeypatch.setattr(fetch, "ATTEMPTS", 2)
+    monkeypatch.setenv("GPT2NP_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        with pytest.raises(gpt2np.DownloadError, match=r"no complete response head within 0\.5"):
+            gpt2np.load("org/trickled", progress=False)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked == [b"HEAD", b"HEAD"]  # each cut, then asked again: ATTEMPTS in all
+
+
+def test_an_endless_body_is_cut_at_the_most_such_a_file_may_have(
+    tmp_path, bucket, base_url, monkeypatch
+) -> None:
+    """model.ckpt.meta has no published size: an endless chunked body is cut at the most such
+    a file may have, and nothing of it is kept."""
+    monkeypatch.setitem(dl.MAX_BYTES, "model.ckpt.meta", 1 << 20)
+    bucket.endless.add("124M/model.ckpt.meta")
+    with pytest.raises(gpt2np.DownloadError, match=r"more than 1048576 bytes .* may have"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    (request,) = bucket.requests_for("124M/model.ckpt.meta")
+    assert request.hung_up and request.sent < 32 << 20
+    assert not (dl.staging_dir(tmp_path / "124M") / fetch.INCOMING).exists()
+
+
+def test_an_announced_size_over_the_cap_is_refused_before_any_byte(tmp_path, bucket, base_url):
+    bucket.files["124M/hparams.json"] += b" " * (1 << 17)  # 128 KiB of "hparams"
+    with pytest.raises(gpt2np.DownloadError, match=r"announces \d+ bytes .* more than such a"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert not (dl.staging_dir(tmp_path / "124M") / fetch.INCOMING).exists()
+
+
+def test_a_content_length_that_is_not_ascii_digits_is_a_download_error(
+    tmp_path, bucket, base_url
+) -> None:
+    """A Content-Length of '²' (str.isdigit() says yes, int() says no) is a DownloadError."""
+    bucket.headers["124M/hparams.json"] = {"Content-Length": "²", "Connection": "close"}
+    with pytest.raises(gpt2np.DownloadError, match=r"Content-Length: '²', which is not a byte"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+
+
+def test_a_compressed_answer_is_refused_not_saved_compressed(tmp_path, bucket, base_url) -> None:
+    """gpt2np asks for the bytes as they are: a gzip answer is refused, not saved gzipped
+    (model.ckpt.meta, which nothing checks, would have kept it)."""
+    import gzip
+
+    meta = bucket.files["124M/model.ckpt.meta"]
+    bucket.files["124M/model.ckpt.meta"] = gzip.compress(meta)
+    bucket.headers["124M/model.ckpt.meta"] = {"Content-Encoding": "gzip"}
+    with pytest.raises(gpt2np.DownloadError, match=r"Content-Encoding 'gzip'"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    assert not list(tmp_path.rglob("model.ckpt.meta"))
+
+
+def test_a_refused_download_leaves_nothing_of_it(tmp_path, bucket, base_url) -> None:
+    """An HTML page (told by its first bytes) where model.ckpt.meta should be: no empty
+    partial file, no origin.json, no .incoming, no lock; only the files that verified stay,
+    for the next call."""
+    bucket.files["124M/model.ckpt.meta"] = HTML_PAGE
+    with pytest.raises(gpt2np.DownloadError, match="HTML page"):
+        gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
+    staging = dl.staging_dir(tmp_path / "124M")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [staging.name]
+    verified = dl.MODEL_FILES[: dl.MODEL_FILES.index("model.ckpt.meta")]
+    assert sorted(p.name for p in staging.iterdir()) == sorted(verified)
+
+
 def test_the_documented_time_bound_matches_the_constants(monkeypatch) -> None:
     """The module docstring's figures are the constants' (a silent server: ATTEMPTS reads that
     time out, plus the backoff between them)."""
     monkeypatch.undo()  # the constants as shipped
     backoff = sum(fetch.BACKOFF_SECONDS * 2**k for k in range(fetch.ATTEMPTS - 1))
-    silent = fetch.ATTEMPTS * fetch.READ_TIMEOUT + backoff
-    longest = fetch.CONNECT_TIMEOUT + 2 * fetch.READ_TIMEOUT + fetch.STALL_SECONDS
+    silent = fetch.ATTEMPTS * min(fetch.READ_TIMEOUT, session.HEAD_DEADLINE) + backoff
+    longest = (
+        fetch.CONNECT_TIMEOUT + session.HEAD_DEADLINE + fetch.STALL_SECONDS + fetch.READ_TIMEOUT
+    )
     doc = fetch.__doc__
     assert f"≈ {silent:.0f} s" in doc and f"= {longest:.0f} s" in doc
     assert f"{backoff:g} s of backoff" in doc

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
 
@@ -212,7 +213,7 @@ def test_the_huggingface_hub_cache_is_used_read_only(env, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert_tiny(gpt2np.load(REPO, progress=False))
     # a damaged blob in their cache is not used
-    shutil.rmtree(env / "home")
+    shutil.rmtree(env / "home", ignore_errors=True)  # (files verified just now: not recorded)
     blob = (cache / "models--tiny-org--tiny-gpt2" / "snapshots" / CACHED_COMMIT
             / "model.safetensors").resolve()  # fmt: skip
     blob.chmod(0o644)
@@ -287,3 +288,189 @@ def test_cli_model_and_revision_and_info(env, monkeypatch, capsys) -> None:
     assert main(["info", "--model", "org/absent"]) == 1  # one line naming both readings
     err = capsys.readouterr().err
     assert "no file or directory" in err and "hf:org/absent" in err
+
+
+# --- a hostile or broken server ---------------------------------------------------------------
+
+
+@pytest.fixture
+def spy():
+    """A server on 127.0.0.2 (another host, as far as any client can tell) logging requests."""
+    from httpfixture import Bucket, serve
+
+    bucket = Bucket({})
+    try:
+        with serve(bucket, host="127.0.0.2") as url:
+            yield bucket, url
+    except OSError as e:  # a loopback without 127.0.0.2
+        pytest.skip(f"cannot listen on 127.0.0.2: {e}")
+
+
+@pytest.mark.parametrize("where", ["renamed-repo redirect", "LFS location"])
+def test_the_token_never_follows_a_backslash_to_another_host(env, monkeypatch, spy, where):
+    """http://127.0.0.2:P\\@127.0.0.1:Q/... is 127.0.0.1 to urllib.parse but a request to
+    127.0.0.2 for requests: the token must not go there, on either path that sends it."""
+    bucket, spy_url = spy
+    hub = tiny_hub()
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    with serve_hub(hub) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        tricky = f"{spy_url}\\@{url.removeprefix('http://')}/{REPO}/resolve/main/"
+        if where == "renamed-repo redirect":
+            hub.redirect[(REPO, "config.json")] = tricky + "config.json"
+        else:
+            hub.headers[(REPO, "model.safetensors")] = {"Location": tricky + "model.safetensors"}
+        with pytest.raises(DownloadError):
+            gpt2np.load(REPO, progress=False)
+    assert hub.requests()  # the hub was asked, with the token
+    assert all("Authorization" not in r.headers for r in bucket.served())
+    assert where == "renamed-repo redirect" or bucket.served()  # the LFS host was asked
+
+
+@pytest.mark.parametrize("commit", ["../../../../escape", "ABS"])
+def test_a_commit_from_the_server_is_a_commit_id_or_refused(env, monkeypatch, commit):
+    """X-Repo-Commit becomes a directory name: a value that is not 40 hex digits ('../..', an
+    absolute path) is refused, and nothing is created outside GPT2NP_HOME."""
+    commit = str(env / "abs") if commit == "ABS" else commit
+    hub = tiny_hub()
+    hub.headers[(REPO, "config.json")] = {"X-Repo-Commit": commit}
+    with serve_hub(hub) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        with pytest.raises(DownloadError, match=r"X-Repo-Commit.*not a commit id"):
+            gpt2np.load(REPO, progress=False)
+    assert sorted(p.name for p in env.iterdir()) == ["home"] or not (env / "home").exists()
+    assert not (env / "escape").exists() and not (env / "abs").exists()
+
+
+@pytest.mark.parametrize("revision", ["../../../../escape", "/abs", "a/../b", ".hidden", "x.lock"])
+def test_a_revision_is_a_commit_or_a_git_ref_name(env, monkeypatch, revision):
+    """revision= names refs/<revision>: a name git refuses must not reach the file system,
+    even when the server answers for it."""
+    hub = tiny_hub()
+    hub.repos[REPO].refs[revision] = hub.repos[REPO].refs["main"]
+    with serve_hub(hub) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        with pytest.raises(ValueError, match=r"neither a commit id .* nor a branch or tag name"):
+            gpt2np.load(REPO, revision=revision, progress=False)
+    assert sorted(p.name for p in env.iterdir() if p.name != "home") == []
+    assert not (env / "home").exists()
+
+
+def test_a_half_downloaded_snapshot_is_never_served(env, monkeypatch):
+    """vocab.json failed after config.json and the weights arrived: offline, and by commit with
+    the hub unreachable, the snapshot is refused, never served with the bundled GPT-2 tokenizer
+    in place of the repository's."""
+    from gpt2np.sources import http
+
+    monkeypatch.setattr(http, "BACKOFF_SECONDS", 0.001)  # the hub unreachable: no waiting
+    hub = tiny_hub()
+    hub.get_statuses[(REPO, "vocab.json")] = [403]
+    commit = hub.repos[REPO].refs["main"]
+    with serve_hub(hub) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        with pytest.raises(DownloadError, match=r"vocab.json.*HTTP 403"):
+            gpt2np.load(REPO, progress=False)
+    snapshots = env / "home" / "hub" / "models--tiny-org--tiny-gpt2" / "snapshots"
+    assert (snapshots / commit / "model.safetensors").is_file()  # kept for the next call
+    monkeypatch.setenv("HF_ENDPOINT", closed_port_url())
+    with pytest.raises(DownloadError, match="incomplete"):
+        gpt2np.load(REPO, revision=commit, progress=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DownloadError, match=r"incomplete|no snapshot"):
+        gpt2np.load(REPO, progress=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    with serve_hub(hub) as url:  # online again: the download is finished, and then served
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        model = gpt2np.load(REPO, progress=False)
+    ids = json.loads((HUB / "tokenizer" / "ids.json").read_text())
+    assert model.tokenizer.encode("Hello world") == ids["Hello world"]
+
+
+def test_a_blob_edited_in_place_keeping_size_and_mtime_is_not_served(env, monkeypatch):
+    """A huggingface_hub blob verified once, then edited in place with its size and mtime
+    kept (touch -r), is verified again (the record's stamp has ctime) and not served."""
+    from gpt2np.sources import hub_snapshots
+
+    monkeypatch.setattr(hub_snapshots, "RACY_NS", 0, raising=False)  # as for an old cache
+    cache = env / "hf"
+    shutil.copytree(HUB / "hf_cache", cache, symlinks=True)
+    hub = tiny_hub()
+    with serve_hub(hub) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        assert "model.safetensors" in gpt2np.load(REPO, progress=False).source.hf_cache
+        folder = env / "home" / "hub" / "models--tiny-org--tiny-gpt2"
+        shutil.rmtree(folder / "snapshots")  # our snapshot, not the record of their blobs
+        assert (folder / "hf-cache-verified.json").is_file()
+        blob = (cache / "models--tiny-org--tiny-gpt2" / "snapshots" / CACHED_COMMIT
+                / "model.safetensors").resolve()  # fmt: skip
+        st = blob.stat()
+        blob.chmod(0o644)
+        data = bytearray(blob.read_bytes())
+        data[-8] ^= 0x40  # a weight, in the last tensor
+        blob.write_bytes(bytes(data))
+        os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert blob.stat().st_size == st.st_size and blob.stat().st_mtime_ns == st.st_mtime_ns
+        model = gpt2np.load(REPO, progress=False)
+    assert "model.safetensors" not in model.source.hf_cache  # fetched instead
+    assert_tiny(model)
+
+
+@pytest.mark.parametrize("header", ["X-Linked-Size", "Content-Length"])
+def test_a_header_number_that_is_not_ascii_digits_is_a_download_error(env, monkeypatch, header):
+    """A size header of '²' (str.isdigit() says yes, int() says no) is a DownloadError."""
+    hub = tiny_hub()
+    name = "model.safetensors" if header == "X-Linked-Size" else "config.json"
+    hub.headers[(REPO, name)] = {header: "²"}
+    with serve_hub(hub) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        with pytest.raises(DownloadError, match=rf"{header}: '²', which is not a byte count"):
+            gpt2np.load(REPO, progress=False)
+
+
+def test_endless_bodies_are_cut_at_the_size_the_file_must_have(env, monkeypatch):
+    """An endless chunked body: the weights (size and SHA-256 known) are cut at their size; a
+    config whose size the hub does not say is cut at the most a config may have."""
+    from gpt2np.sources import hub as hub_module
+
+    monkeypatch.setattr(_fetch_module(), "ATTEMPTS", 2)
+    monkeypatch.setattr(_fetch_module(), "BACKOFF_SECONDS", 0.001)
+    monkeypatch.setitem(hub_module.MAX_BYTES, "config.json", 1 << 20)
+    hub = tiny_hub()
+    with serve_hub(hub) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        (blob,) = hub.cdn.files
+        hub.cdn.endless.add(blob)
+        with pytest.raises(DownloadError, match=r"runs past the \d+ bytes"):
+            gpt2np.load(REPO, progress=False)
+        size = len(hub.cdn.files[blob])
+        assert all(r.hung_up and r.sent < size + (32 << 20) for r in hub.cdn.requests_for(blob))
+        hub.cdn.endless.clear()
+        shutil.rmtree(env / "home")  # (config.json arrived whole before the weights)
+        hub.endless.add((REPO, "config.json"))
+        hub.omit[(REPO, "config.json")] = {"Content-Length"}
+        with pytest.raises(DownloadError, match=r"more than .* such a file may have"):
+            gpt2np.load(REPO, revision=hub.repos[REPO].refs["main"], progress=False)
+    leftovers = [p for p in (env / "home").rglob("*") if p.is_file()]
+    assert not [p for p in leftovers if p.stat().st_size == 0 or p.name.endswith(".lock")]
+
+
+def _fetch_module():
+    from gpt2np.sources import http
+
+    return http
+
+
+def test_a_failed_download_leaves_only_what_the_next_call_resumes(env, monkeypatch):
+    """A refused weights file (a Content-Length other than the hub's X-Linked-Size): no empty
+    .incoming file, no origin.json, no lock; config.json, verified, stays for the next call."""
+    hub = tiny_hub()
+    with serve_hub(hub) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        (blob,) = hub.cdn.files
+        hub.cdn.length[blob] = len(hub.cdn.files[blob]) + 1
+        with pytest.raises(DownloadError, match=r"announces \d+ bytes .* not the file asked"):
+            gpt2np.load(REPO, progress=False)
+    folder = env / "home" / "hub" / "models--tiny-org--tiny-gpt2"
+    left = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+    commit = hub.repos[REPO].refs["main"]
+    assert left == ["snapshots", f"snapshots/{commit}", f"snapshots/{commit}/config.json"]

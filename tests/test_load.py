@@ -217,3 +217,23 @@ def test_an_interrupted_download_directory_says_what_is_missing_and_how_to_resum
     ) as e:
         gpt2np.load(d)
     assert "gpt2np.download('124M'" in str(e.value) and str(tmp_path / "models") in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "argv, env",
+    [(["info", "--model", "~nosuchuser/x"], {}),
+     (["download", "124M", "--models-dir", "~nosuchuser/models"], {}),
+     (["info", "--model", "org/name"], {"HF_HUB_CACHE": "~nosuchuser/hf"})],
+    ids=["info --model", "download --models-dir", "HF_HUB_CACHE"],
+)  # fmt: skip
+def test_a_tilde_of_no_user_is_one_line_of_error(home, monkeypatch, capsys, argv, env) -> None:
+    """A ~user that does not exist, in --model, --models-dir or HF_HUB_CACHE, is one line
+    of error naming it (pathlib's expanduser would raise RuntimeError, a traceback)."""
+    import gpt2np.cli.app as cli
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpt2np: error: ") and err.count("\n") == 1
+    assert "'nosuchuser' has no home directory" in err

@@ -134,3 +134,26 @@ def test_ablating_a_head_removes_exactly_its_share_of_the_attention_output(saved
     )
     np.testing.assert_array_equal(u["h0.out"], t["h0.out"])  # earlier layers untouched
     assert not np.allclose(u.logits, t.logits)
+
+
+def test_a_checkpoint_overwritten_in_place_changes_a_mapped_model_not_a_private_copy(
+    tmp_path,
+) -> None:
+    """What the docs warn of, where mmap is explained: the mapped arrays are the file's bytes,
+    so a write in place reaches a loaded model; mmap=False is a private copy."""
+    import inspect
+    import shutil
+
+    d = tmp_path / "m"
+    shutil.copytree(TF_SMALL, d)
+    mapped, private = gpt2np.load(d), gpt2np.load(d, mmap=False)
+    before = mapped.params["wte"].copy()
+    data = d / "model.ckpt.data-00000-of-00001"
+    with open(data, "r+b") as f:  # what `cp other data` does: the same inode, new bytes
+        f.write(b"\0" * data.stat().st_size)
+    assert not np.array_equal(mapped.params["wte"], before)  # the loaded model changed
+    np.testing.assert_array_equal(private.params["wte"], before)
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
+    for doc in (inspect.getdoc(gpt2np.load), readme):
+        assert "overwritten in place" in doc or "overwriting a loaded checkpoint" in doc
+        assert "SIGBUS" in doc and "mmap=False" in doc

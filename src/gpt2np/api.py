@@ -72,9 +72,13 @@ def load(
     progress: bars for the download and the first load's verification; None (default) shows
         them on a terminal or in a notebook, True/False force them (:mod:`gpt2np.support.progress`).
     mmap: True (default) memory-maps the weights from the file: a warm load takes
-        milliseconds and processes share one copy in memory, but the arrays are read-only.
-        False reads them into memory, writable (to ablate a head, say); ``model.copy()`` does
-        the same for a model already loaded.
+        milliseconds and processes share one copy in memory, but the arrays are read-only,
+        and they are the file's bytes as they are now: overwriting a loaded checkpoint in place
+        (``cp`` over it, a download into the same name) changes the model's logits with no
+        error, and truncating it kills the process with SIGBUS. Replace a checkpoint by
+        renaming a new file over it (as gpt2np's writers do), or load a private copy with
+        ``mmap=False``, which reads the weights into memory, writable (to ablate a head, say);
+        ``model.copy()`` does the same for a model already loaded.
 
     Raises ValueError for a string that is neither an existing path nor a known name,
     :class:`~gpt2np.CheckpointError` for a missing path or bad files, and

@@ -20,8 +20,18 @@ checkpoint is verified again. A write to a file changes its ctime, which no call
 (``touch -r`` sets mtime only); replacing it changes the inode. What a stamp cannot see: bytes
 changed beneath the file system (bit rot, a write to the device), and a second write within one
 tick of the file system's clock, which git calls "racy": an entry whose file changed less than
-``RACY_NS`` before it was verified is verified again on its next use. ``verify=True`` checks
-every tensor's CRC-32C on every load.
+``RACY_NS`` before it was verified is verified again on its next use.
+
+``verify=True`` does not ask the entry: it checks the checkpoint against its own index again,
+as a first load does (every tensor's CRC-32C, in OpenAI's layout at the offsets the index
+gives), and serves an entry only if it agrees (a conversion must hold exactly the tensors read
+from the checkpoint). A checkpoint that fails the check leaves no entry behind.
+
+What the cache removes is only ever its own: entries of its format, conversions named
+``<key>.gpt2np-PID-RANDOM.safetensors`` that no entry names (once their writer is gone, or a
+minute after they were written), and the temporaries of a writer that died
+(:func:`gpt2np.support.atomic.is_leftover`). Every load removes such leftovers; other files in
+``cache_dir`` are never touched.
 """
 
 from __future__ import annotations
@@ -30,8 +40,8 @@ import glob
 import hashlib
 import json
 import os
-import secrets
-import shutil
+import pathlib
+import re
 import time
 from typing import Any
 
@@ -40,7 +50,7 @@ import numpy as np
 from ..errors import CheckpointError, warn
 from ..hparams import HParams
 from ..params import expected_shapes
-from ..support.atomic import write_bytes
+from ..support.atomic import marked_name, sweep, write_bytes, writer_gone
 from ..support.bounded_read import read_json_file
 from ..support.paths import home_dir
 from ..support.progress import tqdm
@@ -55,8 +65,9 @@ __all__ = ["default_cache_dir", "entry_path", "load_cached"]
 FORMAT = "gpt2np-cache-2"
 RACY_NS = 2 * 10**9  # coarser than any file system's timestamps (FAT's mtime: 2 s)
 MAX_ENTRY_BYTES = 16 << 20  # 1558M's entry is ~60 KB
-STALE_SECONDS = 24 * 3600  # leftovers of a killed process are removed after a day
 GRACE_SECONDS = 60  # a conversion just written may be about to be named by its entry
+#: A conversion of the entry ``<key>.json``, named by its writer: the marker, and its pid.
+_CONVERTED = re.compile(r"^(?P<key>[0-9a-f]{40})\.gpt2np-(?P<pid>\d+)-[0-9a-f]{12}\.safetensors$")
 _KEYS = {"format", "kind", "index_sha256", "hparams", "shards", "data", "racy", "tensors"}
 _SAFETENSORS_DTYPE = {np.dtype(v).str: k for k, v in DTYPES.items() if k in ("F16", "F32", "F64")}
 
@@ -83,19 +94,39 @@ def load_cached(
     """The flat params of the TF checkpoint ``prefix``: from its entry in ``cache_dir`` when
     that entry holds (see the module docstring), else verified, recorded and returned.
 
-    ``verify`` checks every tensor's CRC-32C even when the entry holds; ``progress`` shows a
-    bar while CRC-32Cs are checked (nothing is checked when the entry holds). A cache that cannot be
-    written (read-only, full) warns and still returns the weights. Raises CheckpointError naming
-    the file (and tensor) for a checkpoint that does not verify.
+    ``verify`` checks the checkpoint against its index even when the entry holds; ``progress``
+    shows a bar while CRC-32Cs are checked (nothing is checked when the entry holds). A cache
+    that cannot be written (read-only, full) warns and still returns the weights. Raises
+    CheckpointError naming the file (and tensor) for a checkpoint that does not verify.
     """
     index = prefix + ".index"
     index_bytes = read_index_bytes(index)
     index_sha = hashlib.sha256(index_bytes).hexdigest()
     path = entry_path(cache_dir, prefix, hparams_path)
-    flat = _use_entry(path, prefix, index_sha, hparams, verify, progress)
-    if flat is not None:
-        return flat
-    header, entries = parse_tf_index(index_bytes, index)
+    sweep(cache_dir)  # what killed processes left
+    if not verify:
+        flat = _use_entry(path, prefix, index_sha, hparams, progress)
+        if flat is not None:
+            return flat
+    try:
+        return _verify_and_record(path, prefix, index_bytes, index_sha, hparams, verify, progress)
+    except CheckpointError:
+        _discard(path)  # nothing may claim that this checkpoint verified
+        raise
+
+
+def _verify_and_record(
+    path: str,
+    prefix: str,
+    index_bytes: bytes,
+    index_sha: str,
+    hparams: HParams,
+    verify: bool,
+    progress: bool,
+) -> dict[str, np.ndarray]:
+    """Check the checkpoint against its index (a first load), record it in the entry ``path``
+    and return its flat params; with ``verify``, an entry that agrees is kept (and served)."""
+    header, entries = parse_tf_index(index_bytes, prefix + ".index")
     shards = []
     for i in range(header.num_shards):  # stop at the first missing one: the count may lie
         shards.append(data_path(prefix, i, header.num_shards))
@@ -112,16 +143,30 @@ def load_cached(
             placed = {f: [e.offset, "<f4", list(in_place[f].shape), crc]
                       for (_, f, e), crc in zip(layout, crcs)}  # fmt: skip
             body.update(kind="in-place", shards=[data], data=data, tensors=placed)
-            _write(path, body, None)
+            if not (verify and _recorded(path, body)):
+                _write(path, body, None)
             return in_place
     before = [stamp(os.stat(s)) for s in shards]
     tensors = read_tf_checkpoint(prefix, index=(header, entries), progress=progress)  # CRCs too
     flat = flat_from_openai(tensors, hparams, f"checkpoint {prefix}")
     if [stamp(os.stat(s)) for s in shards] != before:
         raise CheckpointError(f"checkpoint {prefix} changed while it was read; load it again")
+    if verify:  # the conversion is served if it holds exactly what was read
+        mapped = _use_entry(path, prefix, index_sha, hparams, progress, source=flat)
+        if mapped is not None:
+            return mapped
     body.update(kind="converted", shards=[[os.path.abspath(s), b] for s, b in zip(shards, before)])
     _write(path, body, flat)
     return flat
+
+
+def _recorded(path: str, body: dict[str, Any]) -> bool:
+    """Whether the entry ``path`` records ``body`` already (but for its ``racy`` flag)."""
+    try:
+        old = read_json_file(path, MAX_ENTRY_BYTES, max_depth=8)["body"]
+        return {**old, "racy": None} == {**body, "racy": None}
+    except (CheckpointError, LookupError, TypeError):
+        return False
 
 
 class _Outdated(Exception):
@@ -129,10 +174,16 @@ class _Outdated(Exception):
 
 
 def _use_entry(
-    path: str, prefix: str, index_sha: str, hparams: HParams, verify: bool, progress: bool
+    path: str,
+    prefix: str,
+    index_sha: str,
+    hparams: HParams,
+    progress: bool,
+    source: dict[str, np.ndarray] | None = None,
 ) -> dict[str, np.ndarray] | None:
     """The entry's memory-mapped flat params, or None (after discarding an entry that is
-    outdated or damaged)."""
+    outdated or damaged). With ``source`` (the flat params read from the checkpoint), a
+    converted entry must hold exactly those tensors."""
     if not os.path.lexists(path):
         return None
     body = None
@@ -150,9 +201,11 @@ def _use_entry(
                 raise _Outdated
         spans = _spans(body, hparams, path)
         flat = _map(body, spans)
-        if verify or body["racy"]:
+        if source is not None:
+            _same_tensors(flat, source, body["data"][0])
+        elif body["racy"]:
             _check_crcs(body, spans, progress)
-            if body["racy"] and not _racy(body["data"][1]):
+            if not _racy(body["data"][1]):
                 _write(path, body, None)  # verified again long enough after the last change
     except _Outdated:
         _discard(path, body)
@@ -161,7 +214,25 @@ def _use_entry(
         warn(f"discarding a damaged cache entry: {e}")
         _discard(path, body)
         return None
+    if body["kind"] == "converted":
+        _remove_converted(path, keep=body["data"][0])  # left by a writer killed before its entry
     return flat
+
+
+def _same_tensors(flat: dict[str, np.ndarray], source: dict[str, np.ndarray], data: str) -> None:
+    """Every tensor of ``flat`` has the dtype, shape and bits of its namesake in ``source``."""
+    for name, a in source.items():
+        b = flat[name]
+        little = a.dtype.newbyteorder("<")
+        if (
+            b.dtype != little
+            or b.shape != a.shape
+            or not np.array_equal(
+                np.ascontiguousarray(a, little).reshape(-1).view(np.uint8),
+                np.ascontiguousarray(b, little).reshape(-1).view(np.uint8),
+            )
+        ):
+            raise _Damaged(f"tensor {name} in {data} differs from the checkpoint's")
 
 
 class _Damaged(Exception):
@@ -291,7 +362,9 @@ def _is_uint(x: Any) -> bool:
 
 
 def _converted_files(path: str) -> list[str]:
-    return glob.glob(glob.escape(path[: -len(".json")]) + ".*.safetensors")
+    """The conversions of the entry ``path`` (by name: the cache's own, marked)."""
+    found = glob.glob(glob.escape(path[: -len(".json")]) + ".gpt2np-*.safetensors")
+    return [f for f in found if _CONVERTED.match(os.path.basename(f))]
 
 
 def _discard(path: str, body: dict[str, Any] | None = None) -> None:
@@ -304,11 +377,17 @@ def _discard(path: str, body: dict[str, Any] | None = None) -> None:
 
 
 def _remove_converted(path: str, keep: str | None) -> None:
-    """Remove the entry's converted files but ``keep``, except any written in the last minute:
-    another process converting the same checkpoint may be about to name it in the entry."""
+    """Remove the conversions of the entry ``path`` but ``keep``, once no one can be about to
+    name them in the entry: their writer is gone, or they were written over a minute ago."""
     for f in _converted_files(path):
+        match = _CONVERTED.match(os.path.basename(f))
+        if f == keep or match is None:
+            continue
         try:
-            if f != keep and time.time() - os.stat(f).st_mtime > GRACE_SECONDS:
+            if (
+                writer_gone(int(match["pid"]), pathlib.Path(f))
+                or time.time() - os.stat(f).st_mtime > GRACE_SECONDS
+            ):
                 os.unlink(f)
         except OSError:
             pass
@@ -331,7 +410,8 @@ def _write(path: str, body: dict[str, Any], flat: dict[str, np.ndarray] | None) 
         os.makedirs(cache_dir, exist_ok=True)
         _tidy(cache_dir)
         if flat is not None:
-            new = f"{path[: -len('.json')]}.{secrets.token_hex(4)}.safetensors"
+            key = os.path.basename(path)[: -len(".json")]
+            new = os.path.join(cache_dir, marked_name(key, ".safetensors", hidden=False))
             _write_converted(new, flat, body)
         body["racy"] = _racy(body["data"][1])
         _write_json(path, {"body": body, "sha256": _digest(body)})
@@ -362,25 +442,21 @@ def _write_json(path: str, value: Any) -> None:
 
 
 def _tidy(cache_dir: str) -> None:
-    """Remove what earlier versions and killed processes left: the directories of the old
-    format (hard links to checkpoints, or copies of them), temporary files untouched for a day,
-    and conversions whose entry is gone or whose checkpoint no longer exists."""
-    now = time.time()
-    for name in os.listdir(cache_dir):
-        path = os.path.join(cache_dir, name)
+    """Remove the conversions that no entry will name: those of an entry that names another
+    (or of no entry at all: a writer killed between the two), and those of a checkpoint that no
+    longer exists. Only the cache's own files are looked at (see the module docstring)."""
+    keys = {m["key"] for m in map(_CONVERTED.match, os.listdir(cache_dir)) if m is not None}
+    for key in keys:
+        path = os.path.join(cache_dir, key + ".json")
         try:
-            old = now - os.lstat(path).st_mtime > STALE_SECONDS
-            if name.startswith("tf-") and os.path.isdir(path):  # gpt2np-tf-cache-1 entries
-                if not name.endswith(".tmp") or old:
-                    shutil.rmtree(path, ignore_errors=True)
-            elif name.endswith(".tmp") and old:
-                os.unlink(path)
-            elif name.endswith(".json") and _converted_files(path):
-                body = read_json_file(path, MAX_ENTRY_BYTES, max_depth=8)["body"]
-                if not any(os.path.exists(shard) for shard, _ in body["shards"]):
-                    _discard(path, body)  # the checkpoint it converted is gone
-                else:
-                    _remove_converted(path, keep=body["data"][0])
+            if not os.path.lexists(path):
+                _remove_converted(path, keep=None)
+                continue
+            body = read_json_file(path, MAX_ENTRY_BYTES, max_depth=8)["body"]
+            if not any(os.path.exists(shard) for shard, _ in body["shards"]):
+                _discard(path, body)  # the checkpoint it converted is gone
+            else:
+                _remove_converted(path, keep=body["data"][0])
         except (OSError, CheckpointError, LookupError, TypeError, ValueError):
             # gone already (renamed or removed by its owner), or not an entry to judge here
             continue

@@ -22,7 +22,6 @@ import dataclasses
 import json
 import os
 import re
-import secrets
 import shutil
 from collections.abc import Mapping
 from typing import Any, Optional
@@ -30,6 +29,7 @@ from typing import Any, Optional
 from ..errors import CheckpointError
 from ..hparams import HParams
 from ..params import Params, flatten, unflatten
+from ..support.atomic import TEMP_PATTERN, TempDir, sweep
 from ..support.bounded_read import read_small_file
 from ..support.paths import expand_user
 from ..support.progress import show_progress
@@ -238,49 +238,69 @@ def save_dir(
     directory beside ``out_dir`` (or inside it, if it exists) and flushed to disk; then the
     directory is renamed into place (or, into an existing directory, each file is renamed over
     its namesake and a vocabulary left from another model is removed). Any failure, a full disk
-    included, removes what was written and leaves ``out_dir`` as it was.
+    included, removes what was written and leaves ``out_dir`` as it was; what a killed save left
+    there (:class:`gpt2np.support.atomic.TempDir`) the next one removes. An OSError names
+    ``out_dir`` (or the file in it), never the temporary directory.
     """
     out_dir = expand_user(os.fspath(out_dir), "out_dir")
     if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
         raise ValueError(f"cannot save into {out_dir}: it exists and is not a directory")
     existing = os.path.isdir(out_dir)
     parent = out_dir if existing else os.path.dirname(os.path.abspath(out_dir))
-    created = _make_parents(parent)
-    tmp = _make_temp_dir(parent, os.path.basename(out_dir))
+    created: list[str] = []
+    tmp = None
     try:
-        names = _write_hf_dir(tmp, hparams, params, vocabulary, generation)
-        if not existing:
-            try:
-                os.rename(tmp, out_dir)
-                return
-            except OSError:  # another process made out_dir meanwhile: merge into it as below
-                pass
-        for name in names:
-            os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
-        for name in set(_OPTIONAL) - set(names):  # another model's vocabulary or defaults
-            if os.path.lexists(os.path.join(out_dir, name)):
-                os.unlink(os.path.join(out_dir, name))
-        os.rmdir(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        created = _make_parents(parent)
+        sweep(parent)  # what a killed save left beside (or in) out_dir
+        tmp = TempDir(parent, os.path.basename(out_dir))
+        names = _write_hf_dir(os.fspath(tmp.path), hparams, params, vocabulary, generation)
+        tmp.release()
+        _install(os.fspath(tmp.path), out_dir, names, existing)
+    except BaseException as e:
+        if tmp is not None:
+            tmp.remove()
         for d in reversed(created):
             try:
                 os.rmdir(d)
             except OSError:
                 break
+        if isinstance(e, OSError):
+            raise _naming(e, os.fspath(tmp.path) if tmp else None, out_dir) from e
         raise
 
 
-def _make_temp_dir(parent: str, name: str) -> str:
-    """A new directory ``parent/.name.<random>.tmp`` with the usual permissions (mkdtemp's are
-    0700, which the renamed output would keep)."""
-    while True:
-        tmp = os.path.join(parent, f".{name}.{secrets.token_hex(4)}.tmp")
+def _install(tmp: str, out_dir: str, names: list[str], existing: bool) -> None:
+    """Move the files written in ``tmp`` to ``out_dir``: one rename of the directory, or file
+    by file into an existing one (removing another model's optional files)."""
+    if not existing:
         try:
-            os.mkdir(tmp)
-            return tmp
-        except FileExistsError:
-            continue
+            os.rename(tmp, out_dir)
+            return
+        except OSError:  # another process made out_dir meanwhile: merge into it as below
+            if not os.path.isdir(out_dir):
+                raise
+    for name in names:
+        os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
+    for name in set(_OPTIONAL) - set(names):  # another model's vocabulary or defaults
+        if os.path.lexists(os.path.join(out_dir, name)):
+            os.unlink(os.path.join(out_dir, name))
+    os.rmdir(tmp)
+
+
+def _naming(error: OSError, tmp: str | None, out_dir: str) -> OSError:
+    """``error`` saying ``out_dir`` (or the file in it) where it named the temporary directory
+    or a temporary file of its, since only ``out_dir`` means anything to the caller."""
+    names = []
+    for name in (error.filename, error.filename2):
+        name = os.fspath(name) if name is not None else None
+        if name is not None and tmp is not None and (name == tmp or name.startswith(tmp + os.sep)):
+            name = out_dir + name[len(tmp) :]
+        elif name is not None and TEMP_PATTERN.match(os.path.basename(name)):
+            name = out_dir  # the temporary directory itself, not made
+        names.append(name)
+    if names[0] is None:
+        return OSError(error.errno, f"cannot save into {out_dir}: {error.strerror}")
+    return OSError(error.errno, error.strerror, names[0], None, names[1])
 
 
 def _make_parents(directory: str) -> list[str]:

@@ -8,6 +8,7 @@ import os
 import pathlib
 from typing import Any
 
+from ..support.paths import expand_user
 from .common import add_model_args, load_model, progress_of
 
 __all__ = ["add_parsers", "run_convert", "run_download", "run_info"]
@@ -78,7 +79,7 @@ def run_info(args: argparse.Namespace) -> int:
     from ..hparams import HPARAMS
     from ..sources.openai import KNOWN_NAMES, missing_files, model_dir, resolve_name
 
-    path = pathlib.Path(args.model).expanduser()
+    path = pathlib.Path(expand_user(args.model, "--model"))  # ~nosuchuser: a ValueError
     source, text_use = None, None
     if path.exists() or args.model not in KNOWN_NAMES:  # a directory, or a Hub repo
         model = load_model(args.model, None, args.revision, progress_of(args))

@@ -17,26 +17,40 @@ discards the file and fetches it once more (:data:`VERIFY_ATTEMPTS`), then raise
 
 What is refused at once. An HTML page (by Content-Type, or by its first bytes) where a file was
 expected: a captive portal, a proxy's error page, a wrong URL. A Content-Length other than the
-expected size. A body whose end only the closing of the connection marks (no Content-Length, not
-chunked) when neither its size nor a digest is known, since a cut could not be told from the
-end. 4xx answers (but 408 and 429), a host name that does not resolve, TLS errors: retrying
-cannot help, so the first one raises, naming the URL.
+expected size, or more than the file may have (:attr:`RemoteFile.max_size`: a config is small).
+A header number that is not plain ASCII digits. A body in a Content-Encoding (gzip, ...): the
+bytes are asked for as they are, and a compressed body would be saved compressed. A body whose
+end only the closing of the connection marks (no Content-Length, not chunked) when neither its
+size nor a digest is known, since a cut could not be told from the end. 4xx answers (but 408 and
+429), a host name that does not resolve, TLS errors: retrying cannot help, so the first one
+raises, naming the URL.
+
+The bytes are bounded. A body is cut as soon as it runs past the size the file must have (known
+beforehand, or announced by the response) or past :attr:`RemoteFile.max_size`: an endless
+chunked body never fills the disk.
 
 What is retried, with exponential backoff (:data:`BACKOFF_SECONDS` · 2^k): a refused or reset
-connection, 5xx, 408, 429, a timeout, a short body, a stall. The notices go to stderr when
-progress is shown.
+connection, 5xx, 408, 429, a timeout, a short or overlong body, a stall. The notices go to
+stderr when progress is shown.
 
-The time bound. Connecting waits at most :data:`CONNECT_TIMEOUT` (10 s, per address of the host);
-any single read at most :data:`READ_TIMEOUT` (15 s). A response that brings fewer than
-:data:`STALL_BYTES` (64 KiB) in :data:`STALL_SECONDS` (20 s), such as a server trickling a byte
-every few seconds, is cut and resumed. A file fails after :data:`ATTEMPTS` (4) attempts in a row
-that each bring less than 64 KiB of new data. So a server that never answers fails in about
-4 × 15 s + 3.5 s of backoff ≈ 64 s, an unreachable one in about 44 s, a trickling one in about
-84 s; no attempt lasts longer than 10 + 15 + 20 + 15 = 60 s, so no file waits more than about
-4 minutes without progress. (The one gap: the response headers are read under the per-read
-timeout only, so a server that trickled its headers, rather than its body, a byte at a time
-would not be cut by the stall detector; requests offers no hook to watch that phase.)
+The time bound. Connecting waits at most :data:`CONNECT_TIMEOUT` (10 s, per address of the host).
+The status line and headers must arrive within :data:`~gpt2np.sources.session.HEAD_DEADLINE`
+(15 s) however they trickle: a watchdog closes the socket. Any single read of the body waits at
+most :data:`READ_TIMEOUT` (15 s). A body that brings fewer than :data:`STALL_BYTES` (64 KiB) in
+:data:`STALL_SECONDS` (20 s), such as a server trickling a byte every few seconds, is cut and
+resumed. A file fails after :data:`ATTEMPTS` (4) attempts in a row that each bring less than
+64 KiB of new data. So a server that never answers fails in about 4 × 15 s + 3.5 s of backoff
+≈ 64 s, an unreachable one in about 44 s, a trickling one in about 84 s; no attempt lasts longer
+than 10 + 15 + 20 + 15 = 60 s, so no file waits more than about 4 minutes without progress.
 A DNS failure, 4xx, a TLS error or an HTML page fail on the first request.
+
+Where credentials go. :func:`~gpt2np.sources.session.new_session` sends ``Authorization`` along
+a redirect only to the same origin (scheme, host, port) as the client itself parses the URLs:
+``http://a\\@b/`` is a request to ``a``, whatever :mod:`urllib.parse` says.
+
+What a failure leaves. A partial file stays in ``.incoming/`` only if a later call can resume it
+(it has bytes, and a validator to resume them with) and the failure was not a refusal of the
+file itself; otherwise it goes, with its ``origin.json`` and the empty ``.incoming/``.
 """
 
 from __future__ import annotations
@@ -61,8 +75,17 @@ from ..errors import DownloadError
 from ..support.atomic import write_bytes
 from ..support.paths import fsync_dir
 from ..support.progress import tqdm
+from .session import HeadTimeout, new_session
 
-__all__ = ["RemoteFile", "Unreachable", "check", "content_md5", "fetch", "new_session"]
+__all__ = [
+    "RemoteFile",
+    "Unreachable",
+    "check",
+    "content_md5",
+    "fetch",
+    "header_int",
+    "new_session",
+]
 
 CONNECT_TIMEOUT = 10.0  # seconds to open a connection (per address of the host)
 READ_TIMEOUT = 15.0  # longest silence: seconds any single read may wait
@@ -75,6 +98,7 @@ INCOMING = ".incoming"  # the directory beside dest where partial files arrive
 READ_SIZE = 1 << 20  # most bytes taken from the socket in one read
 HASH_BLOCK = 16 << 20  # bytes read at a time when hashing a file
 RETRY_STATUSES = frozenset({408, 429})  # 4xx worth retrying, besides every 5xx
+_DIGITS = frozenset("0123456789")
 
 #: A check of a complete file's contents: why it is wrong, or None when it is right.
 Check = Callable[[pathlib.Path], Optional[str]]
@@ -92,6 +116,20 @@ class _Retry(Exception):
 
 class _Restart(_Retry):
     """A transient failure after which the partial file is not to be trusted: retry from 0."""
+
+
+def header_int(value: Optional[str], header: str, url: str) -> Optional[int]:
+    """The number a response header holds, None if it is absent. Only ASCII digits make a number
+    (``int()`` takes "²", " 7", "+7" and "1_000"): anything else is a DownloadError naming the
+    header and the URL."""
+    if value is None:
+        return None
+    try:
+        return _number(value)
+    except ValueError:
+        raise DownloadError(
+            f"{url} sent {header}: {value[:40]!r}, which is not a byte count: refused"
+        ) from None
 
 
 def content_md5(headers: Mapping[str, str], whole: bool) -> dict[str, str]:
@@ -119,6 +157,10 @@ class RemoteFile:
         (``declared(headers, whole_file_answer)``); they are checked like ``digests``.
     allow_html: accept an HTML page (else one is refused at once, see the module docstring).
     label: the file's name in messages and progress bars (default: ``dest.name``).
+    max_size: the most bytes the file may have when its exact size is not known beforehand
+        (a config, a vocabulary): a longer answer is refused before it reaches the disk.
+    resume_key: what a partial file must have been fetched for to be resumed (default: the
+        URL; the Hub gives the content hash, as its CDN's signed URLs change on every request).
     """
 
     url: str
@@ -130,6 +172,8 @@ class RemoteFile:
     declared: Callable[[Mapping[str, str], bool], dict[str, str]] = content_md5
     allow_html: bool = False
     label: str = ""
+    max_size: Optional[int] = None
+    resume_key: str = ""
 
     @property
     def name(self) -> str:
@@ -144,13 +188,15 @@ class RemoteFile:
     def origin_path(self) -> pathlib.Path:
         return self.dest.parent / INCOMING / (self.dest.name + ".origin.json")
 
+    @property
+    def key(self) -> str:
+        """What the partial file's bytes were fetched for (see ``resume_key``)."""
+        return self.resume_key or self.url
 
-def new_session() -> requests.Session:
-    """A session for :func:`fetch`: byte offsets must mean the file's bytes, not gzip's."""
-    session = requests.Session()
-    session.headers["User-Agent"] = "gpt2np"
-    session.headers["Accept-Encoding"] = "identity"
-    return session
+    @property
+    def limit(self) -> Optional[int]:
+        """The most bytes the file may have: its size, else ``max_size`` (None: no bound)."""
+        return self.size if self.size is not None else self.max_size
 
 
 def check(
@@ -179,14 +225,29 @@ def fetch(remote: RemoteFile, session: requests.Session, progress: bool = False)
         total=remote.size, desc=remote.name, unit="B", unit_scale=True, unit_divisor=1024,
         disable=not progress, file=sys.stderr, dynamic_ncols=True,
     ) as bar:  # fmt: skip
+        transfer = None
         try:
-            _Transfer(remote, session, bar, progress).run()
-        except DownloadError:
+            if remote.size is not None and remote.max_size is not None:
+                if remote.size > remote.max_size:
+                    raise DownloadError(f"{remote.url}: {remote.name} is said to have "
+                                        f"{remote.size} bytes, more than such a file may have "
+                                        f"({remote.max_size}): refused")  # fmt: skip
+            transfer = _Transfer(remote, session, bar, progress)
+            transfer.run()
+        except DownloadError as e:  # a refusal leaves nothing; a network failure what resumes
+            if transfer is not None:
+                transfer.give_up(resumable=isinstance(e, Unreachable))
             raise
         except OSError as e:  # our side (requests' errors are caught where they happen)
+            if transfer is not None:
+                transfer.give_up(resumable=True)
             raise DownloadError(
                 f"could not save {remote.name} from {remote.url} in {remote.part}: {e}"
             ) from e
+        except BaseException:  # an interrupt: what arrived is worth resuming
+            if transfer is not None:
+                transfer.give_up(resumable=True)
+            raise
 
 
 class _Transfer:
@@ -195,8 +256,16 @@ class _Transfer:
     def __init__(self, remote: RemoteFile, session: requests.Session, bar: Any, progress: bool):
         self.remote, self.session, self.bar, self.progress = remote, session, bar, progress
         self.origin = _read_json(remote.origin_path)
-        if self.origin.get("url") != remote.url:
+        if self.origin.get("key", self.origin.get("url")) != remote.key:
             self._discard()
+
+    def give_up(self, resumable: bool) -> None:
+        """Keep the partial file only if ``resumable`` and a later call can resume it (it has
+        bytes, and a validator for If-Range); remove ``.incoming/`` if nothing is left in it."""
+        with contextlib.suppress(OSError):
+            if not (resumable and _size(self.remote.part) and _validator(self.origin)):
+                self._discard()
+            self.remote.part.parent.rmdir()
 
     def run(self) -> None:
         failures, corrupt, best = 0, 0, _size(self.remote.part)
@@ -251,7 +320,7 @@ class _Transfer:
             start, total = accepted
             self.bar.reset(total=total if total is not None else remote.size)
             self.bar.update(start)
-            self._receive(resp, start)
+            self._receive(resp, start, total)
         size, expected = _size(remote.part), total if total is not None else remote.size
         if expected is not None and size > expected:
             raise _Restart(f"received {size} bytes, more than the {expected} announced")
@@ -273,6 +342,12 @@ class _Transfer:
                 f"could not download {remote.name} from {remote.url}: HTTP {status} {resp.reason}"
             )
         self._refuse_html(resp.headers.get("Content-Type", ""), b"")
+        encoding = resp.headers.get("Content-Encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise DownloadError(
+                f"{remote.url} sent {remote.name} in Content-Encoding {encoding[:40]!r}, though "
+                f"it was asked for the bytes as they are (identity): refused"
+            )
         if status == 206:
             start, total = self._check_resumed(resp, offset)
             if not offset:
@@ -280,12 +355,18 @@ class _Transfer:
         else:  # the whole file: the server ignored Range, or If-Range found it changed
             if offset:
                 self._say(f"{remote.name}: the server sent the whole file again")
-            start, total = 0, _int_or_none(resp.headers.get("Content-Length"))
+            start, total = 0, header_int(resp.headers.get("Content-Length"), "Content-Length",
+                                         remote.url)  # fmt: skip
             self._begin(resp, total)
         if remote.size is not None and total is not None and total != remote.size:
             raise DownloadError(
                 f"{remote.url} announces {total} bytes for {remote.name}, "
                 f"expected {remote.size}: not the file asked for"
+            )
+        if remote.max_size is not None and total is not None and total > remote.max_size:
+            raise DownloadError(
+                f"{remote.url} announces {total} bytes for {remote.name}, more than such a "
+                f"file may have ({remote.max_size}): refused"
             )
         framed = total is not None or "chunked" in resp.headers.get("Transfer-Encoding", "")
         if not (framed or remote.size is not None or remote.digests or self.origin["digests"]):
@@ -315,7 +396,8 @@ class _Transfer:
                 ) from e
             raise _Retry(_root_cause(e)) from e
         except requests.exceptions.Timeout as e:  # the read timeout while waiting for headers
-            raise _Retry(f"no answer within {READ_TIMEOUT:g} s") from e
+            late = [str(c) for c in _causes(e) if isinstance(c, HeadTimeout)]
+            raise _Retry(late[0] if late else f"no answer within {READ_TIMEOUT:g} s") from e
         except requests.exceptions.RequestException as e:  # a malformed URL, too many redirects
             raise DownloadError(f"could not download {remote.name} from {remote.url}: {e}") from e
 
@@ -336,6 +418,7 @@ class _Transfer:
         etag = resp.headers.get("ETag")
         self.origin = {
             "url": self.remote.url,
+            "key": self.remote.key,
             "etag": etag if etag and not etag.startswith("W/") else None,  # If-Range: strong only
             "last_modified": resp.headers.get("Last-Modified"),
             "total": total,
@@ -345,10 +428,12 @@ class _Transfer:
         self.remote.part.write_bytes(b"")
         _write_json(self.remote.origin_path, self.origin)
 
-    def _receive(self, resp: requests.Response, start: int) -> None:
-        """Append the body to the partial file, cutting the response if it stalls."""
+    def _receive(self, resp: requests.Response, start: int, total: Optional[int]) -> None:
+        """Append the body to the partial file, cutting the response if it stalls or runs past
+        the size the file must have."""
         read = _reader(resp)
         window_start, window_bytes = time.monotonic(), 0
+        limit = total if total is not None else self.remote.limit
         with open(self.remote.part, "ab") as f:
             while True:
                 try:
@@ -359,6 +444,8 @@ class _Transfer:
                     return
                 if start == 0 and f.tell() == 0:
                     self._refuse_html("", data)
+                if limit is not None and f.tell() + len(data) > limit:
+                    self._overflow(limit)
                 f.write(data)
                 self.bar.update(len(data))
                 window_bytes += len(data)
@@ -370,6 +457,17 @@ class _Transfer:
                             f"(less than {STALL_BYTES} per {STALL_SECONDS:g} s)"
                         )
                     window_start, window_bytes = now, 0
+
+    def _overflow(self, limit: int) -> None:
+        """The body runs past ``limit`` bytes: past the file's known size (the answer is wrong:
+        retried from byte 0), or past its ``max_size`` (not such a file: refused)."""
+        remote = self.remote
+        if remote.size is None and remote.max_size is not None and limit == remote.max_size:
+            raise DownloadError(
+                f"{remote.url} sent more than {limit} bytes for {remote.name}, more than such "
+                f"a file may have: refused"
+            )
+        raise _Restart(f"the body runs past the {limit} bytes of {remote.name}")
 
     def _refuse_html(self, content_type: str, first_bytes: bytes) -> None:
         mime = content_type.split(";")[0].strip().lower()
@@ -429,14 +527,17 @@ def _content_range(value: Optional[str]) -> tuple[Optional[int], Optional[int]]:
         span, total = spec.split("/")
         if unit != "bytes":
             raise ValueError(unit)
-        start = None if span == "*" else int(span.split("-")[0])
-        return start, (None if total == "*" else int(total))
+        start = None if span == "*" else _number(span.split("-")[0])
+        return start, (None if total == "*" else _number(total))
     except ValueError:
         raise _Restart(f"unreadable Content-Range {value!r}") from None
 
 
-def _int_or_none(value: Optional[str]) -> Optional[int]:
-    return int(value) if value is not None and value.strip().isdigit() else None
+def _number(text: str) -> int:
+    """ASCII digits only (``int()`` takes "²", "+7" and "1_000"); else ValueError."""
+    if not text or not set(text) <= _DIGITS or len(text) > 30:
+        raise ValueError(text)
+    return int(text)
 
 
 def _causes(error: BaseException) -> Iterator[BaseException]:
@@ -449,7 +550,8 @@ def _causes(error: BaseException) -> Iterator[BaseException]:
             continue
         seen.add(id(e))
         yield e
-        wrapped = [getattr(e, "reason", None), e.__cause__, e.__context__, *e.args]
+        context = None if e.__suppress_context__ else e.__context__  # "raise ... from None"
+        wrapped = [getattr(e, "reason", None), e.__cause__, context, *e.args]
         todo.extend(w for w in wrapped if isinstance(w, BaseException))
 
 

@@ -8,23 +8,29 @@ one commit, each verified, without a network when they are cached:
   ``X-Repo-Commit`` pins the revision: every other file is fetched from that commit, so a
   branch that moves meanwhile cannot mix two versions.
 * **The token** (``token=``, else ``$HF_TOKEN``, else huggingface_hub's token file) goes to the
-  endpoint's own origin (scheme, host, port) only: a redirect to the LFS/CDN host is fetched
-  without it. It is never printed, logged or put in a message.
+  endpoint's own origin (scheme, host, port) only, as the HTTP client parses URLs
+  (:func:`gpt2np.sources.session.origin`: a Location with a backslash cannot smuggle it to
+  another host): a redirect to the LFS/CDN host is fetched without it. It is never printed,
+  logged or put in a message.
 * **Verified.** A file stored with LFS by the SHA-256 the hub declares (``X-Linked-Etag``), a
   small file by its git blob id (``ETag``: SHA-1 of ``blob <size>\\0`` + its bytes), as
   huggingface_hub names its cache blobs. A file with neither is refused.
 * **How.** Each file travels as :mod:`gpt2np.sources.http` describes (resume with If-Range, retries,
-  stall detection, the time bound), into ``$GPT2NP_HOME/hub/models--{org}--{name}/snapshots/
-  {commit}/``, under its final name only once verified; a manifest of the snapshot is written
-  last, and ``refs/{revision}`` names the commit. A lock beside the snapshot serialises two
-  processes.
+  stall detection, the time bound, a small file capped at what its reader accepts), into
+  ``$GPT2NP_HOME/hub/models--{org}--{name}/snapshots/{commit}/``, under its final name only
+  once verified; a manifest of the snapshot is written last, once every file verified, and only
+  a snapshot with its manifest is ever served; ``refs/{revision}`` names the commit. The commit
+  must be 40 hex digits and the revision a git ref name (or a commit), so neither can name a
+  path outside the cache. A lock beside the snapshot serialises two processes; a failed call
+  leaves only what the next one resumes (verified files, resumable partial files).
 * **huggingface_hub's cache** (``$HF_HUB_CACHE``, ``$HF_HOME/hub``, ``~/.cache/huggingface/hub``)
   is read, never written: a file of the same commit there is used instead of a download once
   its bytes match its blob name (the hub's etag); that check is done once and recorded in
-  gpt2np's cache (by path, size and mtime).
+  gpt2np's cache (by path and stamp: inode, size, mtime and ctime).
 * **Offline.** With ``$HF_HUB_OFFLINE=1`` (or ``$TRANSFORMERS_OFFLINE=1``), or when the hub
   cannot be reached (no network, timeouts, 5xx) or refuses access, the snapshot comes from the
-  two caches; what is missing is named.
+  two caches, whole or not at all (:mod:`gpt2np.sources.hub_snapshots`); what is missing is
+  named.
 
 The files a GPT-2 needs: ``config.json``; ``model.safetensors`` or
 ``model.safetensors.index.json`` and its shards; optionally ``vocab.json`` + ``merges.txt``,
@@ -34,6 +40,7 @@ The files a GPT-2 needs: ``config.json``; ``model.safetensors`` or
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pathlib
@@ -48,14 +55,17 @@ import requests
 
 from ..checkpoint.hf import shard_names
 from ..errors import CheckpointError, DownloadError
-from ..support.paths import home_dir
+from ..support.bounded_read import MAX_JSON_BYTES
+from ..support.paths import expand_user, home_dir
 from ..support.progress import show_progress
+from ..tokenizer.vocab import MAX_FILE_BYTES
 from . import http as _fetch
 from .hub_snapshots import (
     COMMIT,
     CONFIG,
     INDEX,
     MANIFEST,
+    OPTIONAL,
     RepoNotFound,
     _check_for,
     _locate,
@@ -64,8 +74,10 @@ from .hub_snapshots import (
     _write_json,
     _write_ref,
     from_caches,
+    is_ref_name,
 )
 from .openai import _Lock
+from .session import same_origin
 
 __all__ = [
     "DEFAULT_ENDPOINT",
@@ -77,7 +89,11 @@ __all__ = [
 ]
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-OPTIONAL = ("vocab.json", "merges.txt", "tokenizer.json", "generation_config.json")
+#: The most bytes a file other than the weights may have: what its reader accepts.
+MAX_BYTES = {
+    CONFIG: MAX_JSON_BYTES, INDEX: MAX_JSON_BYTES, "generation_config.json": MAX_JSON_BYTES,
+    "vocab.json": MAX_FILE_BYTES, "merges.txt": MAX_FILE_BYTES, "tokenizer.json": MAX_FILE_BYTES,
+}  # fmt: skip
 PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth")
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
 _TRUE = {"1", "ON", "YES", "TRUE"}
@@ -121,13 +137,16 @@ def hf_cache_dir() -> pathlib.Path:
     """huggingface_hub's cache: $HF_HUB_CACHE, $HF_HOME/hub, or ~/.cache/huggingface/hub."""
     for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
         if os.environ.get(var):
-            return pathlib.Path(os.environ[var]).expanduser()
+            return pathlib.Path(expand_user(os.environ[var], var))
     return _hf_home() / "hub"
 
 
 def _hf_home() -> pathlib.Path:
     xdg = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
-    return pathlib.Path(os.environ.get("HF_HOME") or os.path.join(xdg, "huggingface")).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(xdg, "huggingface")
+    return pathlib.Path(
+        expand_user(home, "HF_HOME" if os.environ.get("HF_HOME") else "XDG_CACHE_HOME")
+    )
 
 
 def _offline_by_env() -> Optional[str]:
@@ -142,17 +161,11 @@ def _token(token: Optional[str]) -> Optional[str]:
         return token or None
     if os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN"):
         return os.environ.get("HF_TOKEN") or os.environ["HUGGING_FACE_HUB_TOKEN"]
-    path = pathlib.Path(os.environ.get("HF_TOKEN_PATH") or _hf_home() / "token").expanduser()
+    path = pathlib.Path(os.path.expanduser(os.environ.get("HF_TOKEN_PATH") or _hf_home() / "token"))
     try:
         return path.read_text(encoding="utf-8").strip() or None
     except (OSError, UnicodeDecodeError):
         return None
-
-
-def _origin(url: str) -> tuple[str, str, int]:
-    parts = urllib.parse.urlsplit(url)
-    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, 0)
-    return parts.scheme, (parts.hostname or "").lower(), port
 
 
 def _folder(root: pathlib.Path, repo: str) -> pathlib.Path:
@@ -176,6 +189,11 @@ def snapshot(
     revision = revision or "main"
     if not isinstance(revision, str):
         raise TypeError(f"revision must be a str, got {type(revision).__name__}")
+    if not (COMMIT.fullmatch(revision) or is_ref_name(revision)):
+        raise ValueError(
+            f"revision {revision!r} is neither a commit id (40 hex digits) nor a branch or tag "
+            "name (git's rules: no '..', no component starting with '.', no spaces or ~^:?*[\\)"
+        )
     ours = _folder(pathlib.Path(cache_dir) if cache_dir else home_dir() / "hub", repo)
     theirs = _folder(hf_cache_dir(), repo)
     offline = _offline_by_env()
@@ -243,23 +261,38 @@ class _Fetcher:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise DownloadError(f"could not create {directory}: {e}") from e
-        with _Lock(directory.with_name(f".{commit}.lock"), notify=self.shown):
-            listing = {CONFIG: config, **self.weights(commit, directory)}
-            for name in OPTIONAL:
-                meta = self.head(name, commit)
-                if meta is not None:
-                    listing[name] = meta
-            files, from_hf = {}, []
-            for name, meta in listing.items():
-                if name not in files:
-                    files[name], hf = self.get(name, meta, commit, directory)
-                    from_hf += [name] if hf else []
-            _write_json(directory / MANIFEST, {
-                "version": 1, "repo": self.repo, "commit": commit,
-                "files": {n: {"etag": m.etag, "size": m.size} for n, m in listing.items()},
-            })  # fmt: skip
+        try:
+            with _Lock(directory.with_name(f".{commit}.lock"), notify=self.shown):
+                files, from_hf = self.download(commit, config, directory)
+        except BaseException:  # keep what the next call resumes, and nothing else
+            for d in (directory, directory.parent, self.ours):
+                with contextlib.suppress(OSError):
+                    d.rmdir()  # if empty
+            raise
         _write_ref(self.ours, self.revision, commit)
         return Snapshot(self.repo, self.revision, commit, files, tuple(from_hf))
+
+    def download(
+        self, commit: str, config: _Meta, directory: pathlib.Path
+    ) -> tuple[dict[str, pathlib.Path], list[str]]:
+        """(files, names from huggingface_hub's cache) of the snapshot ``commit``, each file
+        verified; the manifest, which makes the snapshot servable, is written last."""
+        listing = {CONFIG: config, **self.weights(commit, directory)}
+        for name in OPTIONAL:
+            meta = self.head(name, commit)
+            if meta is not None:
+                listing[name] = meta
+        files: dict[str, pathlib.Path] = {}
+        from_hf: list[str] = []
+        for name, meta in listing.items():
+            if name not in files:
+                files[name], hf = self.get(name, meta, commit, directory)
+                from_hf += [name] if hf else []
+        _write_json(directory / MANIFEST, {
+            "version": 1, "repo": self.repo, "commit": commit,
+            "files": {n: {"etag": m.etag, "size": m.size} for n, m in listing.items()},
+        })  # fmt: skip
+        return files, from_hf
 
     def weights(self, commit: str, directory: pathlib.Path) -> dict[str, _Meta]:
         single = self.head("model.safetensors", commit)
@@ -294,7 +327,7 @@ class _Fetcher:
         for _ in range(10):
             resp = self._request(url, name, fallback)
             target = urllib.parse.urljoin(url, resp.headers.get("Location", ""))
-            stays = _origin(target) == _origin(self.endpoint)
+            stays = same_origin(target, self.endpoint)
             if resp.is_redirect and stays and not resp.headers.get("X-Linked-Etag"):
                 url = target  # the repository moved (renamed): ask again there, with the token
                 continue
@@ -352,9 +385,9 @@ class _Fetcher:
             raise DownloadError(f"{url}: HTTP {status} {resp.reason}")
         etag = resp.headers.get("X-Linked-Etag") or resp.headers.get("ETag") or ""
         etag = etag.removeprefix("W/").strip('"').lower()
-        size = resp.headers.get("X-Linked-Size")
+        size = _fetch.header_int(resp.headers.get("X-Linked-Size"), "X-Linked-Size", url)
         if size is None and not resp.is_redirect:
-            size = resp.headers.get("Content-Length")
+            size = _fetch.header_int(resp.headers.get("Content-Length"), "Content-Length", url)
         location = urllib.parse.urljoin(url, resp.headers["Location"]) if resp.is_redirect else url
         if not (len(etag) in (40, 64) and all(c in "0123456789abcdef" for c in etag)):
             raise DownloadError(
@@ -362,8 +395,12 @@ class _Fetcher:
                 "git blob id), so it could not be verified: refused"
             )
         commit = resp.headers.get("X-Repo-Commit")
-        return _Meta(commit.lower() if commit else None, etag,
-                     int(size) if size and size.isdigit() else None, location)  # fmt: skip
+        if commit is not None and not COMMIT.fullmatch(commit.lower()):
+            raise DownloadError(
+                f"{url} names its commit {commit[:60]!r} (X-Repo-Commit), which is not a commit "
+                "id (40 hex digits): refused"
+            )
+        return _Meta(commit.lower() if commit else None, etag, size, location)
 
     def get(
         self, name: str, meta: _Meta, commit: str, directory: pathlib.Path
@@ -375,11 +412,12 @@ class _Fetcher:
         theirs = self.theirs / "snapshots" / commit / name
         if _verified_hf_file(theirs, meta.etag, self.ours):
             return theirs, True
-        same = _origin(meta.location) == _origin(self.endpoint)
+        same = same_origin(meta.location, self.endpoint)
         digests, verify = _check_for(meta.etag)
         remote = _fetch.RemoteFile(
             meta.location, dest, size=meta.size, digests=digests, verify=verify,
             headers=self.auth if same else {}, label=f"{self.repo}/{name}",
+            max_size=MAX_BYTES.get(name), resume_key=f"{self.repo}@{commit}/{name}:{meta.etag}",
         )  # fmt: skip
         _fetch.fetch(remote, self.session, self.shown)
         return dest, False

@@ -33,7 +33,9 @@ directory replaces its bad files one by one, each atomically, and writes the man
 
 Two processes fetching the same model serialize on a lock beside it, ``models/.124M.lock``:
 ``fcntl.flock`` on POSIX (released by the OS if the process dies); elsewhere an ``O_EXCL`` lock
-file whose mtime the holder refreshes, taken over when older than ``STALE_LOCK_SECONDS``.
+file whose mtime the holder refreshes, taken over when older than ``STALE_LOCK_SECONDS``. The
+holder removes the lock file when it is done (a waiter that then holds the lock of a removed
+file tries again), so a finished or failed call leaves no lock behind.
 """
 
 from __future__ import annotations
@@ -52,11 +54,14 @@ from typing import Any, Optional, Union
 from .. import hparams as _hparams
 from ..errors import CheckpointError, DownloadError
 from ..support.atomic import write_bytes
-from ..support.paths import fsync_dir, home_dir
+from ..support.paths import expand_user, fsync_dir, home_dir
 from ..support.progress import show_progress, tqdm
 from ..tokenizer.tokenizer import ENCODER_JSON_SHA256, VOCAB_BPE_SHA256
 from . import http as _fetch
 from .openai_checks import (
+    MAX_INDEX,
+    MAX_META,
+    MAX_SMALL_FILE,
     check_checkpoint_state,
     check_data,
     check_hparams,
@@ -108,6 +113,13 @@ KNOWN_NAMES = tuple(_hparams.MODEL_NAMES) + tuple(ALIASES)
 #: The BPE files are identical for all four sizes; the tokenizer pins their published digests.
 SHA256_PINS = {"encoder.json": ENCODER_JSON_SHA256, "vocab.bpe": VOCAB_BPE_SHA256}
 
+#: The most bytes each file but the data file (whose size the index gives) may have: a server
+#: that sends more is refused before the disk fills.
+MAX_BYTES = {
+    "hparams.json": MAX_SMALL_FILE, "checkpoint": MAX_SMALL_FILE, INDEX_FILE: MAX_INDEX,
+    "encoder.json": 4 << 20, "vocab.bpe": 4 << 20,  # 1 MB and 0.5 MB, pinned by SHA-256
+    "model.ckpt.meta": MAX_META,
+}  # fmt: skip
 MANIFEST = ".gpt2np-complete.json"
 MANIFEST_VERSION = 2  # manifests before 2 were written without verifying: checked again once
 LEGACY_LOCK = ".gpt2np-download.lock"  # where versions before 2 kept the lock: in the model dir
@@ -131,7 +143,7 @@ def model_dir(name: str, models_dir: Union[str, os.PathLike[str], None] = None) 
         models_dir = home_dir() / "models"
     elif not isinstance(models_dir, (str, os.PathLike)):
         raise TypeError(f"models_dir must be a path, got {type(models_dir).__name__}")
-    return pathlib.Path(models_dir).expanduser() / resolve_name(name)
+    return pathlib.Path(expand_user(os.fspath(models_dir), "models_dir")) / resolve_name(name)
 
 
 def staging_dir(directory: pathlib.Path) -> pathlib.Path:
@@ -197,7 +209,10 @@ def check_complete(directory: Union[str, os.PathLike[str]]) -> pathlib.Path:
     if directory.name in _hparams.MODEL_NAMES:
         name, parent = directory.name, directory.parent
         call, command = f"gpt2np.download({name!r}", f"gpt2np download {name}"
-        if parent.expanduser().absolute() != (home_dir() / "models").absolute():
+        if (
+            pathlib.Path(os.path.expanduser(parent)).absolute()
+            != (home_dir() / "models").absolute()
+        ):
             call, command = (
                 f"{call}, models_dir={str(parent)!r}",
                 f"{command} --models-dir {parent}",
@@ -275,7 +290,8 @@ def _remote(
         verify = functools.partial(check_index, hparams=published, name=name)
     elif fname == DATA_FILE:
         size, verify = index_extent(index), functools.partial(check_data, index=index)
-    return _fetch.RemoteFile(url, dest, size=size, digests=digests, verify=verify)
+    return _fetch.RemoteFile(url, dest, size=size, digests=digests, verify=verify,
+                             max_size=MAX_BYTES.get(fname))  # fmt: skip
 
 
 def _fetch_release(name: str, directory: pathlib.Path, base: str, shown: bool) -> None:
@@ -385,26 +401,46 @@ class _Lock:
     def __enter__(self) -> _Lock:
         try:
             if self.use_fcntl:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-                try:
-                    fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    self._waiting()
-                    fcntl.flock(self._fd, fcntl.LOCK_EX)
+                self._fd = self._acquire_flock()
             else:
                 self._acquire_excl()
         except OSError as e:  # a read-only models dir, say
-            if self._fd is not None:
-                os.close(self._fd)
             raise DownloadError(f"could not take the download lock {self.path}: {e}") from e
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:  # fcntl's lock
-            os.close(self._fd)  # closing releases the flock; the file stays (unlinking races)
+        if self._fd is not None:  # fcntl's lock: remove the file while holding it, then release
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            os.close(self._fd)
+            self._fd = None
         else:
             self._stop.set()
             self.path.unlink(missing_ok=True)
+
+    def _acquire_flock(self) -> int:
+        """An open file of ``path`` holding its flock. The holder before us removes the file
+        when done: a lock on a file no longer at ``path`` is worth nothing, so try again."""
+        told = False
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if not told:
+                        self._waiting()
+                        told = True
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                held, now = os.fstat(fd), os.stat(self.path)
+                if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+                    return fd
+            except FileNotFoundError:
+                pass
+            except BaseException:
+                os.close(fd)
+                raise
+            os.close(fd)
 
     def _waiting(self) -> None:
         if self.notify:

@@ -27,6 +27,7 @@ __all__ = [
 
 MAX_SMALL_FILE = 64 * 1024  # hparams.json and checkpoint are ~100 bytes
 MAX_INDEX = 64 << 20  # the 1558M release's index is ~30 KB
+MAX_META = 64 << 20  # the MetaGraphDef, never read: 1558M's is ~2 MB
 CRC_BLOCK = 64 << 20  # bytes of the data file read (and CRC'd, on two threads) at a time
 _STATE_LINE = re.compile(r'[a-z_]+: (?:"[^"\n]*"|[-+0-9.eE]+)')
 

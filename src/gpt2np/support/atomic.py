@@ -1,4 +1,4 @@
-"""Writing a file whole or not at all: the one place gpt2np writes a file that others read.
+"""Writing a file whole or not at all, and telling gpt2np's leftovers from everything else.
 
 A reader of ``path`` sees the old file or the new one, never half of either: the bytes go to a
 temporary file beside it, which is flushed and synced, optionally verified, and only then
@@ -6,10 +6,17 @@ renamed over ``path`` (a rename within one directory is atomic on POSIX and on W
 the directory is synced so that the rename survives a crash. On any failure, a full disk or an
 interrupt included, the temporary file is removed and ``path`` is untouched.
 
-The temporary file is named ``.NAME.gpt2np-PID-RANDOM.tmp``: hidden, marked as gpt2np's, and
-carrying the writer's process id, so that a later run can tell what a dead gpt2np process left
-behind (:func:`is_leftover`) from what a live one is still writing, and from files that are not
-gpt2np's at all. It is created with the mode any new file gets (0666 less the umask), not
+**The marker.** What gpt2np writes under a temporary name is named ``.NAME.gpt2np-PID-RANDOM.tmp``
+(a file of :func:`atomic_write`, a directory of :class:`TempDir`): hidden, marked as gpt2np's,
+and carrying the writer's process id; the writer also holds an ``flock`` on it (on the file, or
+on a lock file inside the directory) while it lives. A process killed with SIGKILL cleans
+nothing up, so a later run removes the temporaries whose writer is gone (:func:`is_leftover`:
+its pid names no running process, and nobody holds its lock, which keeps a writer on another
+machine sharing the directory, or in another pid namespace, from being taken for a dead one).
+Nothing else is ever removed: a name without the marker is the user's, whatever it looks like.
+(On Windows no leftover is taken for dead: asking about a pid there would end the process.)
+
+A temporary file is created with the mode any new file gets (0666 less the umask), not
 ``mkstemp``'s 0600, which would stay with the file once renamed.
 """
 
@@ -20,18 +27,43 @@ import os
 import pathlib
 import re
 import secrets
+import shutil
 import stat
 from collections.abc import Iterator
 from typing import IO, Any, Callable, Optional, Union
 
 from .paths import fsync_dir
 
-__all__ = ["TEMP_PATTERN", "atomic_write", "check_target", "is_leftover", "write_bytes"]
+try:
+    import fcntl
+except ImportError:  # Windows: no flock (and no safe way to ask about a pid: see writer_gone)
+    fcntl = None  # type: ignore[assignment]  # the module's name, None where there is none
+
+__all__ = [
+    "TEMP_PATTERN",
+    "TempDir",
+    "atomic_write",
+    "check_target",
+    "is_leftover",
+    "marked_name",
+    "sweep",
+    "write_bytes",
+    "writer_gone",
+]
 
 StrPath = Union[str, "os.PathLike[str]"]
 
-#: The name of a temporary file of :func:`atomic_write`: (hidden name, writer's pid).
+#: The name of a temporary file or directory of gpt2np's: (hidden name, writer's pid).
 TEMP_PATTERN = re.compile(r"^\.(?P<name>.+)\.gpt2np-(?P<pid>\d+)-[0-9a-f]{12}\.tmp$")
+#: The lock file inside a :class:`TempDir` that its writer holds.
+DIR_LOCK = ".gpt2np-writer.lock"
+
+
+def marked_name(name: str, suffix: str = ".tmp", hidden: bool = True) -> str:
+    """``.NAME.gpt2np-PID-RANDOM.tmp``: a new name for a file of this process (``suffix`` and
+    ``hidden`` change the ends, e.g. ``NAME.gpt2np-PID-RANDOM.safetensors``)."""
+    dot = "." if hidden else ""
+    return f"{dot}{name}.gpt2np-{os.getpid()}-{secrets.token_hex(6)}{suffix}"
 
 
 def check_target(path: StrPath) -> None:
@@ -61,6 +93,7 @@ def atomic_write(
     """Open a temporary file beside ``path`` for writing; when the ``with`` block ends without
     an exception, sync it, run ``verify(temporary_path)`` (which raises to refuse), and rename it
     to ``path``. ``mode`` is "wb", "w" (text, ``encoding``) or "w+b" (read back while writing).
+    Leftovers of earlier writers of ``path`` that died are removed first.
 
     >>> with atomic_write("out/config.json", "w", encoding="utf-8") as f:
     ...     json.dump(config, f)
@@ -69,10 +102,12 @@ def atomic_write(
         raise ValueError(f"mode must be 'wb', 'w' or 'w+b', got {mode!r}")
     target = pathlib.Path(path)
     check_target(target)
+    sweep(target.parent, only=target.name)
     flags = os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
     flags |= os.O_RDWR if "+" in mode else os.O_WRONLY
-    tmp = target.parent / f".{target.name}.gpt2np-{os.getpid()}-{secrets.token_hex(6)}.tmp"
+    tmp = target.parent / marked_name(target.name)
     fd = os.open(tmp, flags, 0o666)  # 0666 less the umask, as open() gives any new file
+    lock = _hold(os.dup(fd))  # held until the rename, after the file object is closed
     try:
         with os.fdopen(fd, "r+b" if "+" in mode else mode, encoding=encoding) as f:
             yield f
@@ -84,6 +119,8 @@ def atomic_write(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    finally:
+        os.close(lock)
     fsync_dir(target.parent)
 
 
@@ -93,19 +130,117 @@ def write_bytes(path: StrPath, data: Union[bytes, str]) -> None:
         f.write(data.encode("utf-8") if isinstance(data, str) else data)
 
 
+class TempDir:
+    """A new directory ``parent/.NAME.gpt2np-PID-RANDOM.tmp`` (mode 0777 less the umask, not
+    mkdtemp's 0700, which a directory renamed into place would keep), locked while it lives.
+
+    Fill it, call :meth:`release` (which removes the lock file) before renaming it into place,
+    or :meth:`remove` to give up."""
+
+    def __init__(self, parent: StrPath, name: str) -> None:
+        while True:
+            self.path = pathlib.Path(parent) / marked_name(name)
+            try:
+                os.mkdir(self.path)
+                break
+            except FileExistsError:
+                continue
+        self._lock: Optional[int] = None
+        try:
+            fd = os.open(self.path / DIR_LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+            self._lock = _hold(fd)
+        except BaseException:
+            self.remove()
+            raise
+
+    def release(self) -> None:
+        """Remove the lock file: the directory holds only what was put in it."""
+        if self._lock is not None:
+            (self.path / DIR_LOCK).unlink(missing_ok=True)
+            os.close(self._lock)
+            self._lock = None
+
+    def remove(self) -> None:
+        """Remove the directory and everything in it."""
+        self.release()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _hold(fd: int) -> int:
+    """Take an exclusive flock on the open file ``fd`` (best effort: a file system without
+    locks leaves the pid as the only sign of life); return ``fd``."""
+    if fcntl is not None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fd
+
+
+def writer_gone(pid: int, path: pathlib.Path) -> bool:
+    """Whether the process ``pid`` that wrote ``path`` is gone: not this process, no running
+    process of that id here, and no lock held on ``path`` (on its lock file, for a directory)."""
+    if pid == os.getpid() or pid <= 0 or os.name == "nt":
+        return False  # on Windows os.kill(pid, 0) would terminate the process: never ask
+    try:
+        os.kill(pid, 0)  # signal 0: is there such a process? (nothing is sent)
+    except ProcessLookupError:
+        pass
+    except (PermissionError, OSError, OverflowError):
+        return False  # alive (another user's) or unknowable: leave it
+    else:
+        return False
+    return not _locked(path / DIR_LOCK if path.is_dir() else path)
+
+
+def _locked(path: pathlib.Path) -> bool:
+    """Whether another open file holds an flock on ``path`` (False where there are no locks)."""
+    if fcntl is None:
+        return False
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell: treat as alive
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def is_leftover(path: pathlib.Path) -> bool:
-    """Whether ``path`` is a temporary file of :func:`atomic_write` whose writer has died (its
-    pid names no running process), so that it can be removed. False for anything else."""
+    """Whether ``path`` is a temporary file or directory of gpt2np's (see the module docstring)
+    whose writer is gone, so that it can be removed. False for anything else."""
     match = TEMP_PATTERN.match(path.name)
     if match is None:
         return False
-    pid = int(match["pid"])
-    if pid == os.getpid():
-        return False
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, OSError):
-        return False  # alive (another user's) or unknowable: leave it
-    return False
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return False  # gpt2np makes no symlinks, FIFOs or devices under its names
+    return writer_gone(int(match["pid"]), path)
+
+
+def sweep(directory: StrPath, only: Optional[str] = None) -> None:
+    """Remove the leftovers (:func:`is_leftover`) in ``directory``: those of every target, or
+    only those of the target named ``only``. Best effort: what cannot be removed stays."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        match = TEMP_PATTERN.match(name)
+        if match is None or (only is not None and match["name"] != only):
+            continue
+        path = pathlib.Path(directory) / name
+        if is_leftover(path):
+            with contextlib.suppress(OSError):
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink()
