@@ -275,3 +275,20 @@ def test_importing_dunder_main_does_not_run_the_cli():
     code = "import gpt2np.__main__; print('imported')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == "imported\n", proc
+
+
+def test_version_imports_neither_requests_nor_tqdm() -> None:
+    """``gpt2np --version`` (and ``import gpt2np``) load no HTTP client and no progress bars:
+    they are imported when a download or a bar needs them."""
+    code = (
+        "import sys\n"
+        "from gpt2np.cli import main\n"
+        "try:\n"
+        "    main(['--version'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('requests', 'tqdm')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"gpt2np {gpt2np.__version__}", "[]"]

@@ -53,14 +53,15 @@ import socket
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, Callable, Optional
-
-import requests
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..errors import DownloadError
 from ..support.atomic import write_bytes
 from ..support.paths import fsync_dir
 from ..support.progress import tqdm
+
+if TYPE_CHECKING:  # imported where a request is made: `gpt2np --version` need not load it
+    import requests
 
 __all__ = ["RemoteFile", "Unreachable", "check", "content_md5", "fetch", "new_session"]
 
@@ -147,6 +148,8 @@ class RemoteFile:
 
 def new_session() -> requests.Session:
     """A session for :func:`fetch`: byte offsets must mean the file's bytes, not gzip's."""
+    import requests
+
     session = requests.Session()
     session.headers["User-Agent"] = "gpt2np"
     session.headers["Accept-Encoding"] = "identity"
@@ -297,6 +300,8 @@ class _Transfer:
         return start, total
 
     def _request(self, headers: dict[str, str]) -> requests.Response:
+        import requests
+
         remote = self.remote
         try:
             return self.session.get(

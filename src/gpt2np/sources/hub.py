@@ -42,15 +42,16 @@ import socket
 import time
 import urllib.parse
 from collections.abc import Mapping
-from typing import Optional, Union
-
-import requests
+from typing import TYPE_CHECKING, Optional, Union
 
 from ..checkpoint.hf import shard_names
 from ..errors import CheckpointError, DownloadError
 from ..support.paths import home_dir
 from ..support.progress import show_progress
 from . import http as _fetch
+
+if TYPE_CHECKING:  # imported where a request is made: `gpt2np --version` need not load it
+    import requests
 from .hub_snapshots import (
     COMMIT,
     CONFIG,
@@ -302,6 +303,8 @@ class _Fetcher:
         raise DownloadError(f"too many redirects resolving {self.url(name, revision)}")
 
     def _request(self, url: str, name: str, fallback: bool) -> requests.Response:
+        import requests
+
         for attempt in range(_fetch.ATTEMPTS):
             try:
                 resp = self.session.head(
