@@ -3,6 +3,7 @@ random-weights model saved to a directory, plus in-process checks of the error h
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -64,9 +65,10 @@ def assert_one_line_error(proc, code: int, *words: str) -> None:
 
 def test_tokenize_and_detokenize(home):
     assert run("tokenize", "Hello world", home=home).stdout == "15496 995\n"
-    assert run("detokenize", "15496 995", home=home).stdout == "Hello world\n"
-    assert run("detokenize", "15496,995", home=home).stdout == "Hello world\n"
-    assert run("detokenize", "15496", "995", home=home).stdout == "Hello world\n"
+    # the exact text: a newline follows only on a terminal (tests/test_cli_text.py)
+    assert run("detokenize", "15496 995", home=home).stdout == "Hello world"
+    assert run("detokenize", "15496,995", home=home).stdout == "Hello world"
+    assert run("detokenize", "15496", "995", home=home).stdout == "Hello world"
     special = run("tokenize", "a<|endoftext|>", "--allow-special", home=home)
     assert special.stdout == "64 50256\n"
     assert_one_line_error(run("tokenize", "a<|endoftext|>", home=home), 1, "--allow-special")
@@ -292,3 +294,20 @@ def test_version_imports_neither_requests_nor_tqdm() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [f"gpt2np {gpt2np.__version__}", "[]"]
+
+
+def test_info_json(model, model_dir, tmp_path, monkeypatch, capsys) -> None:
+    """``info --json``: one JSON object with what the text lists."""
+    monkeypatch.setenv("GPT2NP_HOME", str(tmp_path / "home"))
+    assert cli.main(["info", "--model", str(model_dir), "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["model"] == str(model_dir) and record["files"] == str(model_dir.resolve())
+    assert record["hparams"] == model.hparams.to_dict()
+    assert record["parameters"] == model.hparams.n_params and record["dtype"] == "float32"
+    assert record["text"].startswith("yes") and "downloaded" not in record
+    assert cli.main(["info", "--json"]) == 0  # the default 124M, not downloaded
+    record = json.loads(capsys.readouterr().out)
+    assert record["model"] == "124M" and record["downloaded"] is False
+    assert record["files"] == str(tmp_path / "home" / "models" / "124M")
+    assert record["parameters"] == 124_439_808 and record["text"] is None
+    assert record["hparams"] == gpt2np.HPARAMS["124M"].to_dict()
