@@ -280,8 +280,7 @@ def iter_ids(chunks: Iterable[str]) -> Iterator[list[int]]:
                 yield _parse_part(done)
         if len(buf) > MAX_ID_CHARS:
             raise ValueError(
-                "token ids must be integers separated by spaces or commas, got "
-                f"{buf[:20]!r}..."
+                f"token ids must be integers separated by spaces or commas, got {buf[:20]!r}..."
             )
     if buf.strip() or not found:  # "no token ids given" when there were none at all
         yield _parse_part(buf)
