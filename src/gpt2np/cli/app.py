@@ -2,7 +2,7 @@
 
     gpt2np generate "Alan Turing theorized" --max-new-tokens 40 --temperature 0
     gpt2np score essay.txt            (or - for stdin): tokens, NLL, perplexity
-    gpt2np tokenize "Hello world"     -> 15496 995
+    gpt2np tokenize "Hello world"     -> 15496 995        (--file FILE: a file, streamed)
     gpt2np detokenize "15496 995"     -> Hello world      ("15496,995" and "[15496, 995]" too)
     gpt2np download 124M              -> $GPT2NP_HOME/models/124M
     gpt2np convert models/124M out/   -> HF config.json + model.safetensors
