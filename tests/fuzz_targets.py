@@ -282,11 +282,8 @@ def cli_devices(case: pathlib.Path) -> None:
     name = "ids.txt" if (case / "ids.txt").read_bytes() != _cli_ids_bytes() else "text.txt"
     data = (case / name).read_bytes()
     rng = random.Random(hashlib.sha256(data + name.encode()).digest())
-    command = (
-        "detokenize"
-        if name == "ids.txt"
-        else rng.choice(sorted(set(_CLI_COMMANDS) - {"detokenize"}))
-    )
+    others = sorted(set(_CLI_COMMANDS) - {"detokenize"})  # a list of ids is a text too
+    command = rng.choice(["detokenize"] * len(others) + others if name == "ids.txt" else others)
     source = rng.choice(_SOURCES)
     if command in _STDIN_ONLY and source in ("file", "fifo", "directory", "socket", "symlink-zero"):
         source = "stdin-file"
