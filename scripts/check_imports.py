@@ -6,10 +6,10 @@ what they import themselves, and the standard library: at import time and while 
 Run with the Python of the environment to check (the test suite runs it with its own; CI also
 runs it in a fresh venv holding only the built wheel). It imports gpt2np, runs the forward
 pass on random weights (the fast and the clear path), the bundled tokenizer, a short
-generation and a score, and then lists every top-level module that appeared in ``sys.modules``
-since the interpreter started. Exit status 0 and one line when each of them is allowed, else 1
-and the culprits. ``--also-import`` imports one more module with the work, to show the check
-failing.
+generation and a score, opens a download's HTTP session (no request), and then lists every
+top-level module that appeared in ``sys.modules`` since the interpreter started. Exit status 0
+and one line when each of them is allowed, else 1 and the culprits. ``--also-import`` imports
+one more module with the work, to show the check failing.
 
 A module is allowed when it is part of the standard library (``sys.stdlib_module_names``;
 before Python 3.10, a module that is built in or whose file lies in the standard library's
@@ -52,6 +52,9 @@ def work(also: str | None) -> None:
     text = model.generate("Hello", max_new_tokens=3, seed=0)
     assert isinstance(text, str), type(text)
     assert model.score("The dog ran").n_tokens == 3
+    from gpt2np.sources.http import new_session
+
+    new_session().close()  # what a download opens first (requests is imported there, lazily)
     if also:
         importlib.import_module(also)
 

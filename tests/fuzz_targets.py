@@ -209,4 +209,211 @@ def vocab(case: pathlib.Path) -> None:
     tok.decode(ids)
 
 
+# --- CLI device inputs: what the gpt2np command reads (gpt2np.cli.inputs) ----------------------
+#
+# A case damages text.txt or ids.txt (a text and its ids), then picks, from the damaged bytes,
+# a command (tokenize, detokenize, score, generate, dump) and where its input comes from: the
+# file as FILE or as stdin, a pipe of its bytes, an endless pipe (zeros, random bytes, or the
+# text repeated, cut off by the writer after a while), a device (/dev/zero, /dev/urandom,
+# /dev/null), a FIFO without a writer, a directory, a socket, a symlink to /dev/zero. The command
+# runs in the worker (its memory cap applies, its timeout catches a wait without end; the CLI's
+# bounds on a text are lowered to a few MiB so that a case takes under a second), and must
+# end with status 0 and the right output, or status 1 and one line "gpt2np: error: ..."
+# (counted as a refusal); a device, FIFO, directory or socket must be refused.
+
+CLI_TEXT = "Größe über alles, the café's naïve 😀 — 12 345\r\n\ttabs  and  spaces\nend\n"
+_cli_model: list[pathlib.Path] = []
+_cli_tokenizer: list = []
+
+
+class Refused(Exception):
+    """The command refused its input with one line and status 1: a right outcome."""
+
+
+def _tokenizer():
+    """One Tokenizer per worker process (building one takes a third of a second)."""
+    if not _cli_tokenizer:
+        from gpt2np import Tokenizer
+
+        _cli_tokenizer.append(Tokenizer())
+    return _cli_tokenizer[0]
+
+
+def _cli_fixture(case: pathlib.Path) -> None:
+    case.mkdir(parents=True)
+    (case / "text.txt").write_bytes(CLI_TEXT.encode())
+    (case / "ids.txt").write_bytes(_cli_ids_bytes())
+
+
+def _tiny_model_dir() -> pathlib.Path:
+    """One small model with GPT-2's vocabulary per worker process, for score/generate/dump."""
+    if not _cli_model:
+        import tempfile
+
+        import gpt2np
+
+        h = gpt2np.HParams(n_vocab=50257, n_ctx=256, n_embd=8, n_head=2, n_layer=1)
+        directory = pathlib.Path(tempfile.mkdtemp(prefix="gpt2np-fuzz-model-")) / "tiny"
+        gpt2np.save(gpt2np.GPT2(h, gpt2np.init_params(h, seed=1, std=0.3)), directory)
+        _cli_model.append(directory)
+    return _cli_model[0]
+
+
+_CLI_COMMANDS = {  # argv, with {file} for the input ("-" when it comes on stdin)
+    "tokenize": ["tokenize", "--file", "{file}"],
+    "tokenize-json": ["tokenize", "--file", "{file}", "--json"],
+    "detokenize": ["detokenize", "{file}"],
+    "score": ["score", "{file}", "--model", "{model}", "--json"],
+    "generate": ["generate", "{file}", "--model", "{model}", "--max-new-tokens", "2", "-q"],
+    "dump": ["dump", "--prompt", "{file}", "--model", "{model}", "--out", "{out}", "-q"],
+}
+_STDIN_ONLY = ("detokenize", "generate", "dump")  # they take text or ids, or "-" for stdin
+_SOURCES = ["file", "file", "stdin-file", "pipe", "pipe", "endless-zeros", "endless-random",
+            "endless-text", "dev-zero", "dev-urandom", "dev-null", "fifo", "directory",
+            "socket", "symlink-zero"]  # fmt: skip
+_REFUSED = ("dev-zero", "dev-urandom", "fifo", "directory", "socket", "symlink-zero")
+
+
+@target("cli-devices", _cli_fixture, ["text.txt", "ids.txt"], errors=(Refused,))
+def cli_devices(case: pathlib.Path) -> None:
+    import hashlib
+    import random
+
+    name = "ids.txt" if (case / "ids.txt").read_bytes() != _cli_ids_bytes() else "text.txt"
+    data = (case / name).read_bytes()
+    rng = random.Random(hashlib.sha256(data + name.encode()).digest())
+    others = sorted(set(_CLI_COMMANDS) - {"detokenize"})  # a list of ids is a text too
+    command = rng.choice(["detokenize"] * len(others) + others if name == "ids.txt" else others)
+    source = rng.choice(_SOURCES)
+    if command in _STDIN_ONLY and source in ("file", "fifo", "directory", "socket", "symlink-zero"):
+        source = "stdin-file"
+    code, out, err = _run_cli(case, command, source, data, rng)
+    if code == 1 and err.startswith("gpt2np: error: ") and len(err.splitlines()) == 1:
+        if source in ("file", "stdin-file", "pipe") and _should_work(command, data):
+            raise Wrong(f"{command} from {source} refused a good input: {err.strip()}")
+        raise Refused(f"{command} from {source}: {err.strip()[15:]}")
+    if code != 0:
+        raise Wrong(f"{command} from {source}: status {code}, stderr {err[-300:]!r}")
+    if source in _REFUSED:
+        raise Wrong(f"{command} read from {source} (status 0), which must be refused")
+    _check_output(command, source, data, out)
+
+
+def _cli_ids_bytes() -> bytes:
+    return (" ".join(map(str, _tokenizer().encode(CLI_TEXT))) + "\n").encode()
+
+
+def _should_work(command: str, data: bytes) -> bool:
+    """A small UTF-8 text without <|endoftext|> is tokenized; its ids are detokenized."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    if command.startswith("tokenize"):
+        return "<|endoftext|>" not in text
+    return False  # scores, prompts and ids may fail for reasons of their own (length, range)
+
+
+def _check_output(command: str, source: str, data: bytes, out: str) -> None:
+    import json
+
+    if command not in ("tokenize", "tokenize-json") or source.startswith(("endless", "dev")):
+        return
+    ids = json.loads(out)["ids"] if command == "tokenize-json" else [int(i) for i in out.split()]
+    if _tokenizer().encode(data.decode("utf-8")) != ids:
+        raise Wrong(f"{command} from {source}: ids differ from Tokenizer.encode")
+
+
+def _run_cli(case: pathlib.Path, command: str, source: str, data: bytes, rng) -> tuple:
+    """Run the command in this process with its input from ``source``: (status, out, err)."""
+    import io
+    import sys
+    import threading
+
+    import gpt2np.cli.app as cli
+    from gpt2np.cli import common, text
+
+    file, stdin, cleanup = _prepare_source(case, command, source, data, rng)
+    argv = [a.format(file=file, model=_tiny_model_dir(), out=case / "g.npz")
+            for a in _CLI_COMMANDS[command]]  # fmt: skip
+    saved = sys.stdin, sys.stdout, sys.stderr
+    bounds = {(common, "MAX_TEXT_BYTES"): 8 << 20, (common, "MAX_ARG_BYTES"): 1 << 20,
+              (text, "MAX_ARG_BYTES"): 1 << 20, (text, "MAX_STRETCH"): 1 << 20}  # fmt: skip
+    real = {key: getattr(*key) for key in bounds}  # smaller bounds: each case takes < 1 s
+    for (module, name), value in bounds.items():
+        setattr(module, name, value)
+    out, err = io.StringIO(), io.StringIO()
+    sys.stdin = io.TextIOWrapper(stdin) if stdin is not None else io.StringIO("")
+    sys.stdout, sys.stderr = out, err
+    try:
+        code = cli.main(argv)
+    finally:
+        sys.stdin.close()  # a writer still feeding the pipe gets EPIPE and stops
+        sys.stdin, sys.stdout, sys.stderr = saved
+        for (module, name), value in real.items():
+            setattr(module, name, value)
+        for thing in cleanup:
+            (thing.join if isinstance(thing, threading.Thread) else thing.close)()
+    return code, out.getvalue(), err.getvalue()
+
+
+def _prepare_source(case: pathlib.Path, command: str, source: str, data: bytes, rng) -> tuple:
+    """(FILE argument, stdin as a binary file or None, things to join or close after)."""
+    import os
+    import socket
+    import threading
+
+    devices = {"dev-zero": "/dev/zero", "dev-urandom": "/dev/urandom", "dev-null": os.devnull}
+    if source in ("file", "stdin-file"):
+        (case / "input").write_bytes(data)
+        if source == "file":
+            return str(case / "input"), None, []
+        return "-", open(case / "input", "rb"), []
+    if source in devices:
+        return "-", open(devices[source], "rb"), []
+    if source == "pipe" or source.startswith("endless"):
+        read_fd, write_fd = os.pipe()
+        args = (write_fd, source, data, rng, command.startswith(("tokenize", "detokenize")))
+        writer = threading.Thread(target=_feed, args=args, daemon=True)
+        writer.start()
+        return "-", os.fdopen(read_fd, "rb"), [writer]
+    special, cleanup = case / "special", []  # a FIFO without a writer, a directory, ...
+    if source == "fifo":
+        os.mkfifo(special)
+    elif source == "directory":
+        special.mkdir()
+    elif source == "socket":
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(special))
+        cleanup.append(sock)
+    else:
+        special.symlink_to("/dev/zero")
+    return str(special), None, cleanup
+
+
+def _feed(fd: int, source: str, data: bytes, rng, streams: bool) -> None:
+    """Write the pipe's bytes: the data once, or an endless stream (up to 300 MiB, past every
+    bound the CLI has) until the reader closes its end. The text repeated, for a command that
+    ``streams`` (tokenize, detokenize), stops after 256 KiB: it is valid, and must be read."""
+    import os
+
+    if source == "pipe":
+        block, limit = data, len(data)
+    elif source == "endless-zeros":
+        block, limit = b"\0" * 65536, 300 << 20
+    elif source == "endless-random":
+        block, limit = rng.randbytes(65536), 300 << 20
+    else:
+        block = data * (65536 // max(len(data), 1) + 1)
+        limit = 1 << 18 if streams else 300 << 20
+    sent = 0
+    try:
+        while sent < limit and block:
+            sent += os.write(fd, block[: limit - sent])
+    except OSError:  # the reader is gone: it refused, or stopped reading
+        pass
+    finally:
+        os.close(fd)
+
+
 import fuzz_servers  # noqa: E402, F401  (registers the server targets: hub-server, file-server)

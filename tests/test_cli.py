@@ -66,9 +66,10 @@ def assert_one_line_error(proc, code: int, *words: str) -> None:
 
 def test_tokenize_and_detokenize(home):
     assert run("tokenize", "Hello world", home=home).stdout == "15496 995\n"
-    assert run("detokenize", "15496 995", home=home).stdout == "Hello world\n"
-    assert run("detokenize", "15496,995", home=home).stdout == "Hello world\n"
-    assert run("detokenize", "15496", "995", home=home).stdout == "Hello world\n"
+    # the exact text: a newline follows only on a terminal (tests/test_cli_text.py)
+    assert run("detokenize", "15496 995", home=home).stdout == "Hello world"
+    assert run("detokenize", "15496,995", home=home).stdout == "Hello world"
+    assert run("detokenize", "15496", "995", home=home).stdout == "Hello world"
     special = run("tokenize", "a<|endoftext|>", "--allow-special", home=home)
     assert special.stdout == "64 50256\n"
     assert_one_line_error(run("tokenize", "a<|endoftext|>", home=home), 1, "--allow-special")
@@ -374,3 +375,37 @@ def test_generate_json_streams_pieces_as_json_lines(model, model_dir, capsys):
     assert [p["finish_reason"] for p in pieces][-1] == whole.finish_reason
     assert all(p["finish_reason"] is None for p in pieces[:-1])
     assert pieces[0]["n_prompt"] == len(whole.ids) - 6 and pieces[0]["tokens"][0] == "The"
+
+
+def test_version_imports_neither_requests_nor_tqdm() -> None:
+    """``gpt2np --version`` (and ``import gpt2np``) load no HTTP client and no progress bars:
+    they are imported when a download or a bar needs them."""
+    code = (
+        "import sys\n"
+        "from gpt2np.cli import main\n"
+        "try:\n"
+        "    main(['--version'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('requests', 'tqdm')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"gpt2np {gpt2np.__version__}", "[]"]
+
+
+def test_info_json(model, model_dir, tmp_path, monkeypatch, capsys) -> None:
+    """``info --json``: one JSON object with what the text lists."""
+    monkeypatch.setenv("GPT2NP_HOME", str(tmp_path / "home"))
+    assert cli.main(["info", "--model", str(model_dir), "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["model"] == str(model_dir) and record["files"] == str(model_dir.resolve())
+    assert record["hparams"] == model.hparams.to_dict()
+    assert record["parameters"] == model.hparams.n_params and record["dtype"] == "float32"
+    assert record["text"].startswith("yes") and "downloaded" not in record
+    assert cli.main(["info", "--json"]) == 0  # the default 124M, not downloaded
+    record = json.loads(capsys.readouterr().out)
+    assert record["model"] == "124M" and record["downloaded"] is False
+    assert record["files"] == str(tmp_path / "home" / "models" / "124M")
+    assert record["parameters"] == 124_439_808 and record["text"] is None
+    assert record["hparams"] == gpt2np.HPARAMS["124M"].to_dict()

@@ -1,7 +1,8 @@
-"""The gpt2np command in shell pipelines (issue 17), run as a user runs it: real processes joined
-by real pipes. "-" reads a text or ids argument from stdin, detokenize reads its ids from stdin
-when none are given, the ids formats the API prints are accepted, --quiet silences stderr on a
-terminal, and files the CLI writes take the umask's mode."""
+"""The gpt2np command in shell pipelines, run as a user runs it: real processes joined by real
+pipes. "-" reads a text or ids argument from stdin, detokenize reads its ids from stdin when none
+are given, tokenize and detokenize keep the exact text, the ids formats the API prints are
+accepted, --quiet silences stderr on a terminal, and files the CLI writes take the umask's
+mode."""
 
 from __future__ import annotations
 
@@ -65,8 +66,8 @@ def sh(pipeline: str, env: dict[str, str], stdin: str | None = None) -> subproce
 @posix_only
 def test_tokenize_piped_into_detokenize(env) -> None:
     proc = sh('gpt2np tokenize "Hello world" | gpt2np detokenize', env)
-    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "Hello world\n", "")
-    # and back again: detokenize's final newline is not taken as part of the text
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "Hello world", "")
+    # and back again: both keep the exact text, so the ids come back
     proc = sh('gpt2np tokenize "Hello world" | gpt2np detokenize | gpt2np tokenize -', env)
     assert proc.stdout == "15496 995\n", proc.stderr
     proc = sh("echo 64 198 | gpt2np detokenize | gpt2np tokenize -", env)
@@ -75,9 +76,12 @@ def test_tokenize_piped_into_detokenize(env) -> None:
 
 @posix_only
 def test_dash_reads_stdin_for_text_and_ids(env) -> None:
-    assert sh("echo 'Hello world' | gpt2np tokenize -", env).stdout == "15496 995\n"
-    assert sh("echo 15496 995 | gpt2np detokenize -", env).stdout == "Hello world\n"
-    assert sh("echo 15496 995 | gpt2np detokenize", env).stdout == "Hello world\n"
+    assert sh("echo 'Hello world' | gpt2np tokenize -", env).stdout == "15496 995 198\n"
+    assert sh("echo 'Hello world' | gpt2np tokenize - --strip-newline", env).stdout == (
+        "15496 995\n"
+    )
+    assert sh("echo 15496 995 | gpt2np detokenize -", env).stdout == "Hello world"
+    assert sh("echo 15496 995 | gpt2np detokenize", env).stdout == "Hello world"
 
 
 def piped(monkeypatch, data: bytes) -> None:
@@ -87,11 +91,13 @@ def piped(monkeypatch, data: bytes) -> None:
 
 @pytest.mark.parametrize(
     "data, argv, out",
-    [(b"Hello world\r\n", ["tokenize", "-"], "15496 995\n"),  # \r\n is one line end
-     (b"Hello world\n\n", ["tokenize", "-"], "15496 995 198\n"),  # only one is dropped
+    [(b"Hello world\r\n", ["tokenize", "-"], "15496 995 201 198\n"),  # every byte
+     (b"Hello world\r\n", ["tokenize", "-", "--strip-newline"], "15496 995\n"),  # one line end
+     (b"Hello world\n\n", ["tokenize", "-", "--strip-newline"], "15496 995 198\n"),  # only one
+     (b"Hello world\n\n", ["tokenize", "--file", "-"], "15496 995 628\n"),
      (b"a<|endoftext|>", ["tokenize", "-", "--allow-special"], "64 50256\n"),
-     (b"[15496, 995]\n", ["detokenize"], "Hello world\n"),
-     (b"15496\n995\n", ["detokenize", "-"], "Hello world\n")],
+     (b"[15496, 995]\n", ["detokenize"], "Hello world"),
+     (b"15496\n995\n", ["detokenize", "-"], "Hello world")],
 )  # fmt: skip
 def test_stdin_in_process(monkeypatch, capsys, data, argv, out) -> None:
     piped(monkeypatch, data)
@@ -117,14 +123,14 @@ def test_echo_into_generate(env, model_dir) -> None:
 )  # fmt: skip
 def test_detokenize_takes_the_formats_the_api_prints(capsys, ids) -> None:
     assert cli.main(["detokenize", ids]) == 0
-    assert capsys.readouterr().out == "Hello world\n"
+    assert capsys.readouterr().out == "Hello world"
 
 
 @posix_only
 def test_detokenize_of_what_python_prints(env) -> None:
     code = "import gpt2np; print(gpt2np.Tokenizer().encode('Hello world'))"
     proc = sh(f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} | gpt2np detokenize", env)
-    assert proc.stdout == "Hello world\n", proc.stderr
+    assert proc.stdout == "Hello world", proc.stderr
 
 
 @pytest.mark.parametrize(

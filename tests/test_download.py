@@ -909,7 +909,8 @@ def test_progress_none_shows_bars_in_a_notebook(tmp_path, bucket, base_url, caps
     ipython.get_ipython = lambda: FakeShell()
     monkeypatch.setitem(sys.modules, "IPython", ipython)
     assert gpt2np.support.progress.show_progress(None) is True
-    assert fetch.tqdm is tqdm.auto.tqdm and gpt2np.support.progress.tqdm is tqdm.auto.tqdm
+    assert fetch.tqdm is gpt2np.support.progress.tqdm  # tqdm.auto's, imported on first use
+    assert type(fetch.tqdm(total=1, disable=True)) is tqdm.auto.tqdm
     bars = []
 
     class Recorder(tqdm.auto.tqdm):

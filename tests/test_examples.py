@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import shutil
 import sys
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 import gpt2np
 
 EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 WALKTHROUGH = EXAMPLES / "walkthrough.ipynb"
 PORT_COMPARISON = EXAMPLES / "port_comparison.ipynb"
 
@@ -128,3 +130,29 @@ def test_port_comparison_runs(no_matplotlib, monkeypatch, tmp_path, capsys) -> N
     out = capsys.readouterr().out
     assert f"OK: {ns['report'].compared} tensors within tolerance" in out
     assert "first divergence: h0.mlp.gelu" in out
+
+
+@pytest.mark.parametrize("notebook", [WALKTHROUGH, PORT_COMPARISON], ids=lambda p: p.stem)
+def test_a_checkpoint_that_is_not_openais_is_not_called_openais(
+    notebook, monkeypatch, tmp_path, capsys
+) -> None:
+    """A complete, well-formed TF checkpoint in models/124M that is not OpenAI's (here the small
+    fixture TensorFlow wrote) loads, and the first cell does not call it "OpenAI's 124M"."""
+    home = tmp_path / "home"
+    weights = home / "models" / "124M"
+    shutil.copytree(FIXTURES / "tf" / "small", weights, ignore=shutil.ignore_patterns("*.npz"))
+    (weights / "model.ckpt.meta").write_bytes(b"\n")  # the seventh file, which nothing reads
+    monkeypatch.setenv("GPT2NP_HOME", str(home))
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(code_cells(notebook)[0], notebook.name, "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "OpenAI's 124M" not in out
+    assert f"a checkpoint that is not 124M-shaped: {namespace['model']!r}" in out
+
+
+def test_the_examples_extra_brings_the_widgets() -> None:
+    """tqdm.auto draws widgets in Jupyter only with ipywidgets; without it a first download
+    prints text bars and a TqdmWarning in the notebook."""
+    text = (EXAMPLES.parent / "pyproject.toml").read_text(encoding="utf-8")
+    (line,) = [ln for ln in text.splitlines() if ln.startswith("examples = [")]
+    assert '"ipywidgets' in line, line

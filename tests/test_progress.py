@@ -64,15 +64,20 @@ def bars(monkeypatch) -> list[dict]:
             self.record["n"] = self.n
             super().close()
 
-    for module in (cache, tf_bundle, gpt2np.generation.loop):
+    for module in (cache, tf_bundle, gpt2np.generation.loop, gpt2np.scoring.logprobs):
         monkeypatch.setattr(module, "tqdm", Recorder)
     return made
 
 
 def test_the_bars_are_tqdm_auto() -> None:
-    """tqdm.auto picks a widget in Jupyter and a text bar in a terminal (what HF uses)."""
-    for module in (gpt2np.support.progress, cache, tf_bundle, gpt2np.generation.loop):
-        assert module.tqdm is tqdm.auto.tqdm, module.__name__
+    """tqdm.auto picks a widget in Jupyter and a text bar in a terminal (what HF uses); it is
+    imported when the first bar is made (tests/test_cli.py: --version does not import it)."""
+    modules = (cache, tf_bundle, gpt2np.generation.loop, gpt2np.scoring.logprobs)
+    for module in modules:
+        assert module.tqdm is gpt2np.support.progress.tqdm, module.__name__
+    bar = gpt2np.support.progress.tqdm(total=1, disable=True)
+    assert type(bar) is tqdm.auto.tqdm
+    assert gpt2np.support.progress.tqdm.write == tqdm.auto.tqdm.write
 
 
 def test_first_load_shows_its_verification_and_a_warm_load_nothing(bars, capsys) -> None:
@@ -142,15 +147,26 @@ def test_generate_by_name_passes_progress_to_the_load(tiny_model, monkeypatch) -
     assert seen == [True]
 
 
-def test_score_shows_its_windows(tiny_model, capsys) -> None:
+def test_score_shows_its_windows(tiny_model, bars, capsys) -> None:
     ids = list(np.arange(70) % 90)
     quiet = tiny_model.score(ids, progress=False)
     assert capsys.readouterr().err == ""
-    shown = tiny_model.score(ids, progress=True)
-    assert "scoring" in capsys.readouterr().err
-    assert shown.nll == quiet.nll
+    shown = tiny_model.score(ids, progress=True, max_len=16, stride=8)
+    (bar,) = bars[1:]
+    assert (bar["desc"], bar["unit"], bar["total"], bar["n"]) == ("scoring", "window", 8, 8)
+    assert bar["disable"] is False and bar["delay"] == 1.0  # drawn only past a second
+    assert bar["leave"] is False  # and gone when done, as generate's
+    assert shown.nll != quiet.nll  # another window
     tiny_model.score(ids)  # None: stderr is no terminal here
-    assert capsys.readouterr().err == ""
+    assert bars[-1]["disable"] is True
+
+
+def test_short_scores_in_a_notebook_leave_nothing(tiny_model, notebook, capsys) -> None:
+    """A notebook loop of score() calls on short texts draws no bar: none took a second."""
+    assert gpt2np.support.progress.show_progress(None)  # the bar is enabled ...
+    for ids in ([1, 2, 3, 4], [5, 6, 7], list(range(40))):
+        tiny_model.score(ids)
+    assert capsys.readouterr().err == ""  # ... and never drawn
 
 
 # -- the CLI: bars on a terminal, none with --quiet -----------------------------------------------

@@ -2,7 +2,7 @@
 
     gpt2np generate "Alan Turing theorized" --max-new-tokens 40 --temperature 0
     gpt2np score essay.txt            (or - for stdin): tokens, NLL, perplexity
-    gpt2np tokenize "Hello world"     -> 15496 995
+    gpt2np tokenize "Hello world"     -> 15496 995        (--file FILE: a file, streamed)
     gpt2np detokenize "15496 995"     -> Hello world      ("15496,995" and "[15496, 995]" too)
     gpt2np download 124M              -> $GPT2NP_HOME/models/124M
     gpt2np convert models/124M out/   -> HF config.json + model.safetensors
@@ -15,8 +15,12 @@ share and this module the parser and ``main``.
 
 Pipes: "-" in place of a text or ids argument reads it from stdin, and ``detokenize`` with no
 IDS reads them from stdin: ``echo Hello | gpt2np generate -``, ``gpt2np tokenize "Hello world" |
-gpt2np detokenize``. A text read so loses one final newline (the one ``echo`` adds), so that
-``tokenize -`` of what ``detokenize`` printed gives the same ids back.
+gpt2np detokenize``. ``tokenize`` and ``detokenize`` stream (memory does not grow with the
+input) and keep every byte, so ``gpt2np tokenize --file a.txt | gpt2np detokenize`` prints
+a.txt exactly; a prompt read from stdin loses one final newline (the one ``echo`` adds).
+Inputs are strict UTF-8, on stdin, in files and on the command line alike; a FILE must be a
+regular file (a FIFO or a device is refused), and a text read whole has a bound
+(:mod:`gpt2np.cli.inputs`). ``--json`` (score, tokenize, info) prints JSON instead of text.
 
 ``--model`` takes a published name (124M ... 1558M, or HF's gpt2 ... gpt2-xl; downloaded on first
 use), a directory, or a Hugging Face Hub repo id (``org/name`` or ``hf:name``, with
@@ -36,12 +40,16 @@ from typing import Any, Optional
 
 from . import corpus, generate, golden, models, text
 from .common import read_stdin_text
+from .inputs import check_argument
 
 __all__ = ["build_parser", "main"]
 
 EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
-#: The text and ids arguments (of every command) that read stdin when given as "-".
+#: The text and ids arguments (of every command) that read stdin, whole, when given as "-"
+#: (tokenize and detokenize, marked ``streams_stdin``, read it themselves, a block at a time).
 STDIN_ARGS = ("prompt", "text", "ids")
+#: The text and ids arguments, which must be UTF-8 (as stdin must), by their names in usage.
+TEXT_ARGS = {"prompt": "PROMPT", "text": "TEXT", "ids": "IDS"}
 QUIET_HELP = "no progress bars or notices on stderr (errors and warnings still go there)"
 
 
@@ -63,7 +71,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from ..errors import CheckpointError, DownloadError
 
     try:
-        _read_stdin_args(args)
+        _read_text_args(args)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         if _debug():
@@ -98,13 +106,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _read_stdin_args(args: argparse.Namespace) -> None:
-    """Replace a "-" given for a text or ids argument (:data:`STDIN_ARGS`) by stdin's text."""
-    for name in STDIN_ARGS:
+def _read_text_args(args: argparse.Namespace) -> None:
+    """Refuse a text argument that is not UTF-8; replace a "-" given for one of
+    :data:`STDIN_ARGS` by stdin's text."""
+    for name, usage in TEXT_ARGS.items():
+        value = getattr(args, name, None)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                check_argument(item, usage)
+    for name in () if getattr(args, "streams_stdin", False) else STDIN_ARGS:
         value = getattr(args, name, None)
         if value == "-":
             setattr(args, name, read_stdin_text())
-        elif isinstance(value, list) and value == ["-"]:  # detokenize's IDS
+        elif isinstance(value, list) and value == ["-"]:  # dump's --prompt (repeatable)
             setattr(args, name, [read_stdin_text()])
 
 

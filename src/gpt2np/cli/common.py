@@ -1,16 +1,15 @@
 """What the ``gpt2np`` subcommands share: reading token ids and texts from the command line or
-stdin, the ``--quiet`` flag, loading a model by name or directory, and the flag types (which
-run the library's own checks)."""
+stdin (bounded and strict: :mod:`gpt2np.cli.inputs`), the ``--quiet`` flag, loading a model
+by name or directory, and the flag types (which run the library's own checks)."""
 
 from __future__ import annotations
 
 import argparse
-import pathlib
 import re
-import sys
 from typing import Any, Callable, Optional, TypeVar
 
 from ..support.checks import check_int
+from .inputs import MAX_ARG_BYTES, MAX_TEXT_BYTES, read_text
 
 __all__ = [
     "add_model_args",
@@ -23,6 +22,7 @@ __all__ = [
     "progress_of",
     "read_stdin_text",
     "read_utf8",
+    "strip_final_newline",
 ]
 
 T = TypeVar("T")
@@ -54,31 +54,27 @@ def parse_ids(text: str, what: str, example: str) -> list[int]:
         try:  # not str.isdigit: it accepts "²", which int() refuses with a bare message
             ids.append(int(part))
         except ValueError:
+            shown = repr(part) if len(part) <= 40 else f"{part[:40]!r}..."
             raise ValueError(
-                f"{what} must be integers separated by spaces or commas, got {part!r}"
+                f"{what} must be integers separated by spaces or commas, got {shown}"
             ) from None
     return ids
 
 
 def read_stdin_text(strip_newline: bool = True) -> str:
-    """Standard input as strict UTF-8, whatever the locale (``sys.stdin`` would turn bad bytes
-    into surrogates under the C locale, which the tokenizer then encodes as U+FFFD).
+    """Standard input as strict UTF-8, at most :data:`~gpt2np.cli.inputs.MAX_ARG_BYTES` of it
+    (a prompt or ids given as "-"; see :mod:`gpt2np.cli.inputs` for what stdin may be).
 
     With ``strip_newline`` one final newline ("\\n" or "\\r\\n") is dropped: the one ``echo``
-    and ``detokenize`` print after a text, which is not part of it. ``score -`` keeps every byte.
+    adds after a prompt, which is not part of it.
     """
-    if sys.stdin is None:
-        raise ValueError("no stdin to read (give the text as an argument instead of -)")
-    data = sys.stdin.buffer.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(
-            f"<stdin>: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
-        ) from None
-    if strip_newline:
-        text = text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
-    return text
+    text = read_text("-", MAX_ARG_BYTES)
+    return strip_final_newline(text) if strip_newline else text
+
+
+def strip_final_newline(text: str) -> str:
+    """``text`` without one final "\\n" or "\\r\\n"."""
+    return text[:-2] if text.endswith("\r\n") else text[:-1] if text.endswith("\n") else text
 
 
 def progress_of(args: argparse.Namespace) -> bool:
@@ -147,13 +143,6 @@ def add_model_args(p: argparse.ArgumentParser, dtype: bool = True) -> None:
 
 
 def read_utf8(file: str) -> str:
-    """FILE (or stdin for "-") as strict UTF-8, byte for byte (see :func:`read_stdin_text`)."""
-    if file == "-":
-        return read_stdin_text(strip_newline=False)
-    data = pathlib.Path(file).read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(
-            f"{file}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
-        ) from None
+    """FILE (or stdin for "-") as strict UTF-8, byte for byte, at most
+    :data:`~gpt2np.cli.inputs.MAX_TEXT_BYTES` of it; FILE must be a regular file."""
+    return read_text(file, MAX_TEXT_BYTES)

@@ -4,6 +4,7 @@ a model."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 from typing import Any
@@ -71,6 +72,7 @@ def _add_info(sub: Any) -> None:
         "described from its published hparams, without downloading.",
     )
     add_model_args(p, dtype=False)
+    p.add_argument("--json", action="store_true", help="print one JSON object (docs/cli.md)")
     p.set_defaults(func=run_info)
 
 
@@ -80,7 +82,7 @@ def run_info(args: argparse.Namespace) -> int:
     from ..sources.openai import KNOWN_NAMES, missing_files, model_dir, resolve_name
 
     path = pathlib.Path(expand_user(args.model, "--model"))  # ~nosuchuser: a ValueError
-    source, text_use = None, None
+    source, text_use, downloaded = None, None, None
     if path.exists() or args.model not in KNOWN_NAMES:  # a directory, or a Hub repo
         model = load_model(args.model, None, args.revision, progress_of(args))
         hparams, dtype, source = model.hparams, str(model.dtype), model.source
@@ -88,28 +90,45 @@ def run_info(args: argparse.Namespace) -> int:
         text_use = _text_use(model)
     else:
         name = resolve_name(args.model)  # ValueError naming the known names
-        directory = model_dir(name)
-        present = not missing_files(directory)
+        where = str(model_dir(name))
+        downloaded = not missing_files(where)
         hparams, dtype = HPARAMS[name], "float32 (as released)"
-        where = f"{directory}" + ("" if present else " (not downloaded)")
-    print(f"model       {args.model}")
+    info: dict[str, Any] = {"model": args.model, "files": where}
+    if downloaded is not None:
+        info["downloaded"] = downloaded
     if source is not None:
-        print(f"revision    {source.revision} -> commit {source.commit}")
-        if source.offline:
-            print(f"offline     {source.offline}")
-    print(f"files       {where}")
-    if source is not None:
-        for name, file in source.files.items():
-            mark = " (huggingface_hub's cache)" if name in source.hf_cache else ""
-            print(f"  {name:<34} {file}{mark}")
-    print(f"cache       {default_cache_dir()}")
-    for key, value in hparams.to_dict().items():
-        print(f"{key:<11} {value}")
-    print(f"parameters  {hparams.n_params:,}")
-    print(f"dtype       {dtype}")
-    if text_use is not None:
-        print(f"text        {text_use}")
+        info |= {"revision": source.revision, "commit": source.commit, "offline": source.offline}
+        info["hub_files"] = {name: str(file) for name, file in source.files.items()}
+        info["hf_cache"] = sorted(source.hf_cache)
+    info |= {"cache": str(default_cache_dir()), "hparams": hparams.to_dict(),
+             "parameters": hparams.n_params, "dtype": dtype, "text": text_use}  # fmt: skip
+    if args.json:
+        print(json.dumps(info, ensure_ascii=False))
+    else:
+        _print_info(info)
     return 0
+
+
+def _print_info(info: dict[str, Any]) -> None:
+    print(f"model       {info['model']}")
+    if "commit" in info:
+        print(f"revision    {info['revision']} -> commit {info['commit']}")
+        if info["offline"]:
+            print(f"offline     {info['offline']}")
+    print(
+        f"files       {info['files']}"
+        + ("" if info.get("downloaded", True) else " (not downloaded)")
+    )
+    for name, file in info.get("hub_files", {}).items():
+        mark = " (huggingface_hub's cache)" if name in info["hf_cache"] else ""
+        print(f"  {name:<34} {file}{mark}")
+    print(f"cache       {info['cache']}")
+    for key, value in info["hparams"].items():
+        print(f"{key:<11} {value}")
+    print(f"parameters  {info['parameters']:,}")
+    print(f"dtype       {info['dtype']}")
+    if info["text"] is not None:
+        print(f"text        {info['text']}")
 
 
 def _text_use(model: Any) -> str:

@@ -125,7 +125,8 @@ def score(
 
     max_len: window length in tokens, 2 … n_ctx (default n_ctx). stride: how far each window
     moves, 1 … max_len - 1 (default max_len // 2). progress: a bar over the windows (True,
-    False, or None: shown on a terminal or in a notebook; see :mod:`gpt2np.support.progress`).
+    False, or None: shown on a terminal or in a notebook; see :mod:`gpt2np.support.progress`),
+    drawn once scoring has taken a second and removed when it ends.
     batch_size: windows per forward pass (default: as many as make 4096 tokens; more is faster
     only for short windows and costs memory). Raises ValueError/TypeError for bad input.
     """
@@ -139,9 +140,10 @@ def score(
     jobs = [(r, *w) for r, ids in enumerate(rows) for w in windows(len(ids), max_len, stride)]
     logprobs = [np.empty(len(ids) - 1, dtype=np.float64) for ids in rows]
     context = [np.empty(len(ids) - 1, dtype=np.int64) for ids in rows]
-    with tqdm(
-        total=len(jobs), desc="scoring", unit="window", disable=not show_progress(progress)
-    ) as bar:
+    # Drawn only past a second and gone when done, as generate's: a loop of short scores in a
+    # notebook leaves no widget behind.
+    with tqdm(total=len(jobs), desc="scoring", unit="window", delay=1.0, leave=False,
+              disable=not show_progress(progress)) as bar:  # fmt: skip
         if model.fast:
             per_pass = batch_size or max(1, BATCH_TOKENS // max_len)
             _score_batched(model, rows, jobs, per_pass, logprobs, bar)

@@ -67,15 +67,16 @@ import socket
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, Callable, Optional
-
-import requests
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ..errors import DownloadError
 from ..support.atomic import write_bytes
 from ..support.paths import fsync_dir
 from ..support.progress import tqdm
 from .session import HeadTimeout, new_session
+
+if TYPE_CHECKING:  # imported where a request is made: `gpt2np --version` need not load it
+    import requests
 
 __all__ = [
     "RemoteFile",
@@ -378,6 +379,8 @@ class _Transfer:
         return start, total
 
     def _request(self, headers: dict[str, str]) -> requests.Response:
+        import requests
+
         remote = self.remote
         try:
             return self.session.get(

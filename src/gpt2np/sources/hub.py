@@ -49,9 +49,7 @@ import socket
 import time
 import urllib.parse
 from collections.abc import Mapping
-from typing import Optional, Union
-
-import requests
+from typing import TYPE_CHECKING, Optional, Union
 
 from ..checkpoint.hf import shard_names
 from ..errors import CheckpointError, DownloadError
@@ -60,6 +58,9 @@ from ..support.paths import expand_user, home_dir
 from ..support.progress import show_progress
 from ..tokenizer.vocab import MAX_FILE_BYTES
 from . import http as _fetch
+
+if TYPE_CHECKING:  # imported where a request is made: `gpt2np --version` need not load it
+    import requests
 from .hub_snapshots import (
     COMMIT,
     CONFIG,
@@ -335,6 +336,8 @@ class _Fetcher:
         raise DownloadError(f"too many redirects resolving {self.url(name, revision)}")
 
     def _request(self, url: str, name: str, fallback: bool) -> requests.Response:
+        import requests
+
         for attempt in range(_fetch.ATTEMPTS):
             try:
                 resp = self.session.head(

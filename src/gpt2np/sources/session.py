@@ -19,13 +19,15 @@ session drops ``Authorization`` on a redirect to any other origin (requests' own
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import threading
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
-import requests
+if TYPE_CHECKING:  # imported when a session is made: `gpt2np --version` need not load it
+    import requests
 
 __all__ = ["HEAD_DEADLINE", "HeadTimeout", "new_session", "origin"]
 
@@ -41,6 +43,8 @@ def origin(url: str) -> tuple[str, str, int]:
     requests prepares a request's (urllib3 parses it and it is written out again, a backslash
     in the path percent-encoded), so the parts of the result are unambiguous. ValueError for a
     URL requests refuses."""
+    import requests
+
     try:
         prepared = requests.Request("GET", url).prepare().url or ""
         parts = urllib.parse.urlsplit(prepared)
@@ -60,21 +64,15 @@ def same_origin(a: str, b: str) -> bool:
         return False
 
 
-class _Session(requests.Session):
-    def should_strip_auth(self, old_url: str, new_url: str) -> bool:
-        # types-requests leaves should_strip_auth untyped
-        theirs = super().should_strip_auth(old_url, new_url)  # type: ignore[no-untyped-call]  # (above)
-        return bool(theirs) or not same_origin(old_url, new_url)
-
-
 def new_session() -> requests.Session:
     """A session for :func:`gpt2np.sources.http.fetch` and the hub: byte offsets must mean the
     file's bytes, not gzip's (``Accept-Encoding: identity``); every response head has a
     deadline; credentials follow redirects to the same origin only."""
-    session = _Session()
+    session_class, adapter_class = _classes()
+    session = session_class()
     session.headers["User-Agent"] = "gpt2np"
     session.headers["Accept-Encoding"] = "identity"
-    adapter = _Adapter()
+    adapter = adapter_class()
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
@@ -145,18 +143,32 @@ def _with_deadline(pools: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-class _Adapter(requests.adapters.HTTPAdapter):
-    """requests' adapter with the connections of :class:`_Deadline` (directly and through an
-    HTTP proxy; a SOCKS proxy keeps its own connections, without the deadline)."""
+@functools.cache
+def _classes() -> tuple[type[requests.Session], type[requests.adapters.HTTPAdapter]]:
+    """The session and adapter classes, made once, when the first session is: they subclass
+    requests', which is imported only then."""
+    import requests
 
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self._plain = dict(self.poolmanager.pool_classes_by_scheme)
-        self._pools = _with_deadline(self._plain)
-        self.poolmanager.pool_classes_by_scheme = self._pools
+    class _Session(requests.Session):
+        def should_strip_auth(self, old_url: str, new_url: str) -> bool:
+            # types-requests leaves should_strip_auth untyped
+            theirs = super().should_strip_auth(old_url, new_url)  # type: ignore[no-untyped-call]  # (above)
+            return bool(theirs) or not same_origin(old_url, new_url)
 
-    def proxy_manager_for(self, proxy: Any, **kwargs: Any) -> Any:
-        manager = super().proxy_manager_for(proxy, **kwargs)
-        if dict(manager.pool_classes_by_scheme) == self._plain:  # not SOCKS's
-            manager.pool_classes_by_scheme = self._pools
-        return manager
+    class _Adapter(requests.adapters.HTTPAdapter):
+        """requests' adapter with the connections of :class:`_Deadline` (directly and through
+        an HTTP proxy; a SOCKS proxy keeps its own connections, without the deadline)."""
+
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            super().init_poolmanager(*args, **kwargs)
+            self._plain = dict(self.poolmanager.pool_classes_by_scheme)
+            self._pools = _with_deadline(self._plain)
+            self.poolmanager.pool_classes_by_scheme = self._pools
+
+        def proxy_manager_for(self, proxy: Any, **kwargs: Any) -> Any:
+            manager = super().proxy_manager_for(proxy, **kwargs)
+            if dict(manager.pool_classes_by_scheme) == self._plain:  # not SOCKS's
+                manager.pool_classes_by_scheme = self._pools
+            return manager
+
+    return _Session, _Adapter

@@ -7,16 +7,39 @@ Jupyter kernel, and hide otherwise (a log file, a pipe, a test run, a batch job)
 The bars are ``tqdm.auto``'s: a widget in Jupyter, a text bar in a terminal. Jupyter is the case
 that needs the second test: under ipykernel stderr is not a TTY, yet the notebook shows the
 output, so a check of ``isatty()`` alone would make a first-use download silent there.
+
+``tqdm`` here is ``tqdm.auto.tqdm`` imported on first use: importing ``tqdm.auto`` costs a tenth
+of a second or more (it looks for IPython and ipywidgets), which ``gpt2np --version``, ``import
+gpt2np`` and any run without a bar need not pay.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
-
-from tqdm.auto import tqdm
+from typing import TYPE_CHECKING, Any, Optional
 
 __all__ = ["in_notebook", "show_progress", "tqdm"]
+
+
+class _FirstUse:
+    """Stands for ``tqdm.auto.tqdm``: calling it makes a bar and ``tqdm.write`` (any attribute)
+    is the class's, both importing ``tqdm.auto`` the first time."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from tqdm.auto import tqdm as cls
+
+        return cls(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        from tqdm.auto import tqdm as cls
+
+        return getattr(cls, name)
+
+
+if TYPE_CHECKING:  # what callers see: the class itself
+    from tqdm.auto import tqdm
+else:
+    tqdm = _FirstUse()
 
 
 def in_notebook() -> bool:

@@ -27,6 +27,7 @@ encodes — tiktoken's rule, so ids agree with tiktoken for every ``str``.
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import functools
 import itertools
@@ -36,10 +37,12 @@ from collections.abc import Collection, Iterable, Iterator, Sequence, Set
 from typing import Any, Callable, Literal, Union
 
 import numpy as np
+import numpy.typing as npt
 import regex
 
 from .bpe import MergeTable, bpe_fast, bytes_to_unicode, last_cut, pretokenize, split_text
 from .hf_json import read_tokenizer_json
+from .unstable import completions_of
 from .vocab import ENDOFTEXT, parse_vocabulary, read_vocabulary
 
 __all__ = [
@@ -179,8 +182,16 @@ class Tokenizer:
         self._cache = _PieceCache(whole, self._encode_piece)
         self._source = source
         self._bundled = bundled
+        gpt2 = digests == (ENCODER_JSON_SHA256, VOCAB_BPE_SHA256)
+        self._name = "gpt2" if gpt2 else source[0]
 
     # -- properties -----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The encoding's name, tiktoken's ``Encoding.name``: "gpt2" for GPT-2's vocabulary (the
+        bundled files, or files with their SHA-256), else the path of the first file read."""
+        return self._name
 
     @property
     def n_vocab(self) -> int:
@@ -206,6 +217,12 @@ class Tokenizer:
     def special_tokens_set(self) -> set[str]:
         """The special tokens' texts (tiktoken's name): ``{"<|endoftext|>"}``."""
         return {ENDOFTEXT}
+
+    def is_special_token(self, token: int) -> bool:
+        """Whether the id ``token`` is a special token's (tiktoken's method): True for 50256."""
+        if isinstance(token, bool) or not isinstance(token, (int, np.integer)):
+            raise TypeError(f"token must be an int, not {type(token).__name__}")
+        return int(token) in self.special_tokens.values()
 
     @property
     def files(self) -> tuple[str, ...]:
@@ -242,6 +259,67 @@ class Tokenizer:
         allowed, disallowed = self._specials(allowed_special, disallowed_special)
         _refuse_disallowed(text, disallowed)
         return self._encode_allowed(text, allowed)
+
+    def encode_to_numpy(
+        self,
+        text: str,
+        *,
+        allowed_special: SpecialSet = (),
+        disallowed_special: SpecialSet = "all",
+    ) -> npt.NDArray[np.uint32]:
+        """:meth:`encode` as a 1-D ``uint32`` array (tiktoken's method; the dtype is its)."""
+        ids = self.encode(
+            text, allowed_special=allowed_special, disallowed_special=disallowed_special
+        )
+        return np.array(ids, dtype=np.uint32)
+
+    def encode_single_token(self, text_or_bytes: str | bytes) -> int:
+        """The id of the token whose text (str, as UTF-8) or bytes is ``text_or_bytes``, special
+        tokens included; an :class:`InvalidTokenError` (a KeyError, as tiktoken raises, and a
+        ValueError) if no token is exactly that.
+
+        >>> Tokenizer().encode_single_token("hello"), Tokenizer().encode_single_token(b" world")
+        (31373, 995)
+        """
+        if isinstance(text_or_bytes, str):
+            data = text_or_bytes.encode("utf-8")  # a lone surrogate: UnicodeEncodeError
+        elif isinstance(text_or_bytes, (bytes, bytearray, memoryview)):
+            data = bytes(text_or_bytes)
+        else:
+            raise TypeError(f"expected str or bytes, not {type(text_or_bytes).__name__}")
+        token = self._ids_of_bytes.get(data)
+        if token is None:
+            raise InvalidTokenError(f"{data!r} is not one token of this vocabulary")
+        return token
+
+    def encode_with_unstable(
+        self,
+        text: str,
+        *,
+        allowed_special: SpecialSet = (),
+        disallowed_special: SpecialSet = "all",
+    ) -> tuple[list[int], list[list[int]]]:
+        """tiktoken's ``encode_with_unstable``: the ids of ``text`` up to its last piece (which
+        more text could still change), and every way the ids may go on, each covering at least
+        that piece's bytes; see :mod:`gpt2np.tokenizer.unstable`. The completions come sorted
+        (tiktoken's come in no particular order). Special tokens follow :meth:`encode`'s rules.
+
+        >>> stable, completions = Tokenizer().encode_with_unstable("hello fanta")
+        >>> stable, [277, 4910] in completions, [8842] in completions
+        ([31373], True, True)
+        """
+        _check_text(text)
+        allowed, disallowed = self._specials(allowed_special, disallowed_special)
+        _refuse_disallowed(text, disallowed)
+        if _has_surrogates(text):
+            text = _replace_surrogates(text)
+        ids = self._encode_allowed(text, allowed)
+        tail = text
+        for match in _special_regex(frozenset(allowed)).finditer(text) if allowed else ():
+            tail = text[match.end() :]
+        pieces = pretokenize(tail[last_cut(tail) :])
+        last = len(self._cache[pieces[-1]]) if pieces else 0
+        return completions_of(self, ids, last)
 
     def encode_ordinary_batch(
         self, text: Sequence[str], *, num_threads: int = 8
@@ -378,11 +456,35 @@ class Tokenizer:
 
     def _encode_piece(self, piece: str) -> tuple[int, ...]:
         """BPE of one pre-tokenised piece (the cache's miss handler)."""
+        return tuple(self._bpe_bytes(piece.encode()))
+
+    def _bpe_bytes(self, data: bytes) -> list[int]:
+        """BPE of ``data`` as one piece, without pre-tokenising (any bytes, UTF-8 or not):
+        tiktoken's ``byte_pair_encode``."""
         if self._byte_table is not None:  # bytes -> their tokens' ids in one C call
-            ids = list(piece.encode().translate(self._byte_table))
+            ids = list(data.translate(self._byte_table))
         else:
-            ids = list(map(self._byte_ids.__getitem__, piece.encode()))
-        return tuple(bpe_fast(ids, self._table))
+            ids = list(map(self._byte_ids.__getitem__, data))
+        return bpe_fast(ids, self._table)
+
+    @functools.cached_property
+    def _ids_of_bytes(self) -> dict[bytes, int]:
+        """Token bytes -> id, special tokens' text included (for :meth:`encode_single_token`)."""
+        ids = {data: i for i, data in enumerate(self._token_bytes) if i != self._eot_token}
+        return ids | {t.encode(): i for t, i in self.special_tokens.items()}
+
+    @functools.cached_property
+    def _sorted_token_bytes(self) -> list[bytes]:
+        """:meth:`token_byte_values`, computed once (for :mod:`gpt2np.tokenizer.unstable`)."""
+        return self.token_byte_values()
+
+    def _tokens_starting_with(self, prefix: bytes) -> Iterator[bytes]:
+        """The bytes of every ordinary token that starts with ``prefix``, in sorted order."""
+        values = self._sorted_token_bytes
+        i = bisect.bisect_left(values, prefix)
+        while i < len(values) and values[i].startswith(prefix):
+            yield values[i]
+            i += 1
 
     # -- decoding -------------------------------------------------------------------------
 
@@ -553,6 +655,14 @@ def _refuse_disallowed(text: str, disallowed: Set[str]) -> None:
 def _special_regex(tokens: frozenset[str]) -> regex.Pattern[str]:
     """Matches any of ``tokens`` (longest first, so one token's prefix never wins)."""
     return regex.compile("|".join(regex.escape(t) for t in sorted(tokens, key=len, reverse=True)))
+
+
+def _has_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
 
 
 def _replace_surrogates(text: str) -> str:
