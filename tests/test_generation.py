@@ -835,13 +835,8 @@ def test_the_generation_page_lists_every_option_as_the_table_defines_it():
         assert f"- `{o.name}` ({'; '.join(bits)}): {o.help}\n" in page, o.name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gpt2np.checkpoint.hf keeps only eos_token_id, max_length and max_new_tokens of "
-    "generation_config.json (GENERATION_KEYS); the other keys of generation.options.OPTIONS "
-    "marked config must be kept too. Remove this mark when they are.",
-)
 def test_a_loaded_models_generation_config_gives_its_sampling_defaults(text_model, tmp_path):
+    """The settings of a saved generation_config.json come back with the model and apply."""
     model = GPT2(text_model.hparams, text_model.params)
     model.generation_config = {"do_sample": True, "top_k": 3, "repetition_penalty": 1.3,
                                "eos_token_id": [13, 50256], "max_new_tokens": 6}  # fmt: skip

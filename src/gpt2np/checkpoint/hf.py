@@ -24,7 +24,9 @@ from .safetensors import read_safetensors
 __all__ = ["GENERATION_KEYS", "read_files", "read_generation_config", "read_json", "shard_names"]
 
 INDEX = "model.safetensors.index.json"
-#: What gpt2np takes from generation_config.json: the id(s) that end a text, and the length.
+#: The keys of generation_config.json checked here: the id(s) that end a text, and the length.
+#: The sampling settings (do_sample, top_k, …) are kept too, and checked where generation
+#: applies them (gpt2np.generation.options), by the one check a call's arguments get.
 GENERATION_KEYS = ("eos_token_id", "max_length", "max_new_tokens")
 
 
@@ -92,13 +94,14 @@ def vocabulary_files(files: Mapping[str, str]) -> Optional[tuple[str, ...]]:
 
 
 def read_generation_config(path: str) -> dict[str, Any]:
-    """The defaults of ``generation_config.json`` that gpt2np uses (:data:`GENERATION_KEYS`):
-    eos_token_id (an int, or a list of ints), max_length and max_new_tokens (ints > 0)."""
+    """The defaults of ``generation_config.json``: every key it sets (not null), with
+    :data:`GENERATION_KEYS` checked here: eos_token_id (an int, or a list of ints), max_length
+    and max_new_tokens (ints > 0)."""
     config = read_json(path)
     if not isinstance(config, dict):
         raise CheckpointError(f"{path} is not a JSON object")
-    found = {k: config[k] for k in GENERATION_KEYS if config.get(k) is not None}
-    for key, value in found.items():
+    found = {k: v for k, v in config.items() if v is not None}
+    for key, value in ((k, found[k]) for k in GENERATION_KEYS if k in found):
         ids = value if key == "eos_token_id" and isinstance(value, list) else [value]
         if not ids or any(
             type(i) is not int or i < (0 if key == "eos_token_id" else 1) for i in ids
