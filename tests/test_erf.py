@@ -91,4 +91,17 @@ def test_activations_equal_transformers(name: str, dtype: str) -> None:
     x = np.linspace(-12, 12, 200_001).astype(dtype)
     want = activations.ACT2FN[name](torch.from_numpy(x)).numpy()
     tol = 1e-6 if dtype == "float32" else 1e-14
-    np.testing.assert_allclose(activation(x, name), want, rtol=tol, atol=tol)
+    got = activation(x, name)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(x).max() if name == "gelu"
+                               else tol)  # fmt: skip
+    if name == "gelu" and dtype == "float32":
+        # PyTorch computes 0.5·x·(1 + erf(x/√2)) in float32: near x = -3 the sum cancels, and
+        # its erf's few ulps of 1 become an absolute error of ~k·ε·|x|/2 in a value of ~1e-3
+        # (which ulps, the CPU's vector unit decides). gpt2np's is correctly rounded (float64
+        # inside), so against an exact float64 reference the bound is one rounding:
+        exact = (
+            0.5
+            * x.astype(np.float64)
+            * np.array([math.erfc(-v / math.sqrt(2.0)) for v in x.astype(np.float64)])
+        )
+        np.testing.assert_allclose(got, exact, rtol=np.finfo(np.float32).eps, atol=1e-37)
