@@ -589,3 +589,24 @@ def test_cli_end_to_end_in_a_subprocess(tmp_path) -> None:
     r = gpt2np_cli("compare", str(g), str(p))
     assert r.returncode != 0 and str(p) in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_dump_from_python_without_a_model_name_says_what_the_model_is(tiny_model, tmp_path):
+    """gpt2np.dump from Python (no model_name) gave the header 'golden: model None'."""
+    path = tmp_path / "g.npz"
+    dump(tiny_model, IDS, path)
+    header = str(compare(path, path)).splitlines()[1]
+    assert "None" not in header
+    assert header.startswith("golden: an unnamed model (n_layer 2, n_embd 24, n_head 3, n_vocab 97")
+    dump(tiny_model, IDS, path, model_name="tiny")
+    assert str(compare(path, path)).splitlines()[1].startswith("golden: model tiny, float32")
+
+
+def test_a_hub_models_dump_names_its_repo_and_commit(tiny_model, tmp_path) -> None:
+    """A model loaded from the Hub knows where it came from: the manifest records it."""
+    from gpt2np.sources.hub import Snapshot
+
+    model = tiny_model.astype(np.float32)
+    model.source = Snapshot("org/tiny", "main", "0123456789abcdef0123456789abcdef01234567", {})
+    m = dump(model, IDS, tmp_path / "g.npz")
+    assert m["model"] == "org/tiny@0123456789abcdef0123456789abcdef01234567"

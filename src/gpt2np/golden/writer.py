@@ -63,8 +63,11 @@ def dump(
     higher-precision reference); the weights' hash is taken before the cast. names: globs
     selecting traced tensors, as for :func:`gpt2np.golden.trace.trace`. targets: ids [B, T] whose
     cross-entropy ``loss`` [B, T] is recorded; by default each position's next token
-    (``loss`` [B, T - 1]; none for a single token). model_name: recorded in the manifest.
+    (``loss`` [B, T - 1]; none for a single token). model_name: recorded in the manifest
+    (default: ``repo@commit`` for a model loaded from the Hugging Face Hub, else null).
     """
+    if model_name is None:
+        model_name = _model_name(model)
     if names is not None and not isinstance(names, str):
         names = list(names)  # a generator would be used up before the manifest records it
     traced = selected_names(names, model.hparams.n_layer)
@@ -101,6 +104,13 @@ def dump(
         pathlib.Path(path), manifest, layout, lambda out: _run(model, batch, out, traced)
     )
     return manifest
+
+
+def _model_name(model: GPT2) -> Optional[str]:
+    """``repo@commit`` for a model that knows its Hub snapshot (``model.source``), else None."""
+    source = getattr(model, "source", None)
+    repo, commit = getattr(source, "repo", None), getattr(source, "commit", None)
+    return f"{repo}@{commit}" if isinstance(repo, str) and isinstance(commit, str) else None
 
 
 def _float_dtype(dtype: Any) -> np.dtype:

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ...errors import CheckpointError
 from ..reader import CHUNK, Source, open_source
 from . import hints
 from .report import CompareReport, TensorDiff
@@ -94,6 +95,11 @@ class _Context:
 
 def _compare_one(name: str, g: Source, p: Source, ctx: _Context) -> TensorDiff:
     gh = g.header(name)
+    if gh.dtype.kind not in _NUMERIC:
+        raise CheckpointError(
+            f"{g.label}: tensor {name} holds {gh.dtype} ({_KINDS.get(gh.dtype.kind, 'not numbers')})"
+            ", not numbers: it cannot be a golden tensor"
+        )
     row = TensorDiff(name, "missing", gh.shape, golden_dtype=gh.dtype.name)
     if name not in p.names:
         return row
@@ -126,12 +132,14 @@ def _label(x: Any, source: Source) -> str:
     return str(x) if isinstance(x, (str, os.PathLike)) else source.label
 
 
+_NUMERIC = "biuf"
+_KINDS = {"V": "raw bytes", "c": "complex", "U": "text", "S": "bytes", "M": "dates"}
+
+
 def _dtype_problem(golden: np.dtype, port: np.dtype) -> str:
     """Why the port's dtype cannot stand for the golden's, or ""."""
-    numeric = "biuf"
-    if port.kind not in numeric:
-        what = {"V": "raw bytes", "c": "complex", "U": "text", "S": "bytes", "M": "dates"}
-        return f"port stores {port} ({what.get(port.kind, 'not numbers')}), golden {golden}"
+    if port.kind not in _NUMERIC:
+        return f"port stores {port} ({_KINDS.get(port.kind, 'not numbers')}), golden {golden}"
     if golden.kind == "f" and port.kind in "biu":
         return f"port stores integers ({port}) where the golden holds {golden}"
     return ""
@@ -231,7 +239,7 @@ def _manifests(g: Source, p: Source, allowed: set[str]) -> tuple[list[str], list
     notes = []
     if gm is not None:
         ids = gm.get("ids") or [[]]
-        about = f"golden: model {gm.get('model')}, {gm.get('dtype')}, ids [{len(ids)}, "
+        about = f"golden: {_model_text(gm)}, {gm.get('dtype')}, ids [{len(ids)}, "
         about += f"{len(ids[0])}]" + (f", T_past {gm['T_past']}" if gm.get("T_past") else "")
         about += f", pad {gm['pad']}" if gm.get("pad") else ""
         about += f", weights sha256 {str(gm.get('weights_sha256'))[:16]}…"
@@ -249,6 +257,15 @@ def _manifests(g: Source, p: Source, allowed: set[str]) -> tuple[list[str], list
             else:
                 mismatches.append(text + " (allow it with --allow-mismatch " + key + ")")
     return mismatches, notes
+
+
+def _model_text(manifest: dict[str, Any]) -> str:
+    """"model 124M", or for a file that names none (a dump from Python), its shape."""
+    if isinstance(manifest.get("model"), str):
+        return f"model {manifest['model']}"
+    h = manifest.get("hparams") or {}
+    shape = ", ".join(f"{k} {h[k]}" for k in ("n_layer", "n_embd", "n_head", "n_vocab") if k in h)
+    return f"an unnamed model ({shape})" if shape else "an unnamed model"
 
 
 def _ignored(g: Source, p: Source) -> list[str]:
