@@ -102,4 +102,4 @@ def test_the_upper_left_mask_needs_a_cached_step(setup, tmp_path) -> None:
     model = gpt2np.GPT2(hp, gpt2np.params.unflatten(weights, hp))
     gpt2np.dump(model, ids, golden, dtype="float64")
     port = ToyPort(weights, hp.n_head, "float32", {"upper_left_mask", "pos_off_by_one"})
-    assert gpt2np.compare(golden, port.step(ids)).ok
+    assert gpt2np.compare(golden, port.step(ids), allow_missing="loss*").ok

@@ -7,8 +7,9 @@ main CLI prints as one line.
     gpt2np dump [--model 124M] (--prompt TEXT ... | --ids "1,2;3,4") --out golden.npz
                 [--prefix-len N | --prefix TEXT | --prefix-ids IDS] [--targets IDS]
                 [--dtype float64] [--names GLOB ...]
-    gpt2np compare GOLDEN PORT [--precision P] [--rtol R] [--atol A] [--strict]
-                   [--only-failures | --all | --json] [--allow-mismatch KEY ...]
+    gpt2np compare GOLDEN PORT [--precision P] [--rtol R] [--atol A] [--only GLOB ...]
+                   [--allow-missing GLOB ...] [--strict] [--only-failures | --all | --json]
+                   [--allow-mismatch KEY ...]
 """
 
 from __future__ import annotations
@@ -93,7 +94,23 @@ def add_parsers(subparsers: Any) -> None:
     c.add_argument("--rtol", type=float, help="override the preset's rtol")
     c.add_argument("--atol", type=float, help="override the preset's atol")
     c.add_argument(
-        "--strict", action="store_true", help="also fail when the port lacks a golden tensor"
+        "--only",
+        action="append",
+        metavar="GLOB",
+        help="compare just the golden tensors matching this glob, e.g. 'h0.*' or 'logits' "
+        "(repeatable): for a port that writes only those",
+    )
+    c.add_argument(
+        "--allow-missing",
+        action="append",
+        metavar="GLOB",
+        help="golden tensors matching this glob may be absent from the port, e.g. "
+        "'h*.attn.scores', or '*' for any (repeatable); any other missing tensor fails",
+    )
+    c.add_argument(
+        "--strict",
+        action="store_true",
+        help="also fail when the port lacks the inputs (ids, prefix_ids, targets)",
     )
     view = c.add_mutually_exclusive_group()
     view.add_argument("--only-failures", action="store_true", help="list every failing tensor")
@@ -165,7 +182,8 @@ def run_compare(args: argparse.Namespace) -> int:
     """Print the comparison; 0 when it passes, else 1."""
     report = compare(
         args.golden, args.port, rtol=args.rtol, atol=args.atol, strict=args.strict,
-        precision=args.precision, allow_mismatch=args.allow_mismatch,
+        precision=args.precision, allow_mismatch=args.allow_mismatch, only=args.only,
+        allow_missing=args.allow_missing,
     )  # fmt: skip
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
