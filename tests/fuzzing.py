@@ -175,8 +175,19 @@ def _mutate_json(data: bytes, rng: random.Random, kind: str):
         if not numbers:
             return None
         at = rng.choice(numbers)
-        new = rng.choice((b"1e400", b"-1", b"0", b"99999999999999999999", b"1.0", b"true",
-                          b"9223372036854775808", b"1" + b"0" * 30, b"-9223372036854775809"))
+        new = rng.choice(
+            (
+                b"1e400",
+                b"-1",
+                b"0",
+                b"99999999999999999999",
+                b"1.0",
+                b"true",
+                b"9223372036854775808",
+                b"1" + b"0" * 30,
+                b"-9223372036854775809",
+            )
+        )
         end = at
         while end < len(data) and data[end : end + 1].isdigit():
             end += 1

@@ -194,7 +194,7 @@ def test_strict_and_empty_overlap(golden_path, tmp_path) -> None:
     assert not compare(golden_path, only_logits, allow_missing=["h*", "loss*", "ln_f"]).ok
     report = compare(golden_path, only_logits, only=["logits", "ids"], strict=True)
     assert report.missing_required == ["ids"]  # inputs are needed only with strict
-    with pytest.raises(ValueError, match="--only 'h9.*' matches no golden tensor"):
+    with pytest.raises(ValueError, match=r"--only 'h9\.\*' matches no golden tensor"):
         compare(golden_path, only_logits, only="h9.*")
     unrelated = tmp_path / "other.npz"
     np.savez(unrelated, foo=np.zeros(2))

@@ -247,7 +247,7 @@ def test_an_independent_port_with_left_padding_passes(tmp_path) -> None:
     port.prefill(np.array(m["prefix_ids"]), pad=np.array(m["pad"]))
     tensors = {"past": port.past()}
     tensors.update(port.step(np.array(m["ids"])))
-    report = gpt2np.compare(tmp_path / "g.npz", tensors)
+    report = gpt2np.compare(tmp_path / "g.npz", tensors, allow_missing="loss*")
     assert report.ok, str(report)
     tensors["logits"][1, 0] += 100.0  # padding: not compared
     tensors["logits"][2, 0] += 100.0  # a real position

@@ -228,9 +228,7 @@ def _format(report: CompareReport, which: str) -> str:
         lines.append(f"non-finite: {report.first_nonfinite}")
     lines += _missing_lines(report)
     if report.extra:
-        extra = [f"{n} (→ {report.renames[n]}?)" if n in report.renames else n
-                 for n in report.extra]  # fmt: skip
-        lines += _wrapped(f"extra in port, not compared ({len(report.extra)}): ", extra)
+        lines += _wrapped(f"extra in port, not compared ({len(report.extra)}): ", report.extra)
     lines += ["", _summary(report)]
     return "\n".join(lines)
 
@@ -247,11 +245,13 @@ def _missing_lines(report: CompareReport) -> list[str]:
 
 
 def _renames_text(report: CompareReport) -> str:
-    (first, meant), n = next(iter(report.renames.items())), len(report.renames)
+    pairs = list(report.renames.items())
+    shown = ", ".join(f"{extra} → {meant}" for extra, meant in pairs[:3])
+    n, meant = len(pairs), pairs[0][1]
+    which = "the port tensor looks" if n == 1 else f"{n} port tensors look"
     return (
-        f"hint: {n} of the port's tensors look misnamed: {first} holds what the golden calls "
-        f"{meant}{'' if n == 1 else f' ({n - 1} more: see extra)'}; name each file "
-        f"{meant}.npy after the golden tensor it holds"
+        f"hint: {which} misnamed ({shown}{', …' if n > 3 else ''}): name each file after the "
+        f"golden tensor it holds ({meant}.npy)"
     )
 
 
@@ -327,7 +327,7 @@ def _wrapped(lead: str, names: list[str]) -> list[str]:
     """Names grouped by pattern (``h*.attn.q (12)``), wrapped to 100 columns."""
     groups: dict[str, int] = {}
     for name in names:
-        key = re.sub(r"^h\d+\.", "h*.", name)
+        key = re.sub(r"^h\d+(?=[._])", "h*", name)
         groups[key] = groups.get(key, 0) + 1
     parts = [f"{k} ({n})" if n > 1 else k for k, n in groups.items()]
     return textwrap.wrap(lead + ", ".join(parts), 100, subsequent_indent="  ")
