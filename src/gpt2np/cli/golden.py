@@ -15,15 +15,17 @@ main CLI prints as one line.
 from __future__ import annotations
 
 import argparse
+import pathlib
 import sys
 from typing import Any
 
 from ..golden import dump
 from ..golden.diff import PRECISIONS, compare
 from ..golden.diff.engine import CHECKED_KEYS
-from .common import load_model, progress_of
+from ..golden.kinds import golden_kind
+from .common import load_model, progress_of, read_stdin_text
 
-__all__ = ["add_parsers", "parse_rows", "run_compare", "run_dump"]
+__all__ = ["add_parsers", "parse_rows", "run_compare", "run_dump", "run_dump_tokenizer"]
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -125,6 +127,37 @@ def add_parsers(subparsers: Any) -> None:
         help="do not fail when the manifests differ in KEY (" + ", ".join(CHECKED_KEYS) + ", all)",
     )
     c.set_defaults(func=run_compare)
+    _add_dump_tokenizer(subparsers)
+
+
+def _add_dump_tokenizer(subparsers: Any) -> None:
+    t = subparsers.add_parser(
+        "dump-tokenizer",
+        help="write a tokenizer golden file: pieces, byte symbols, merges rank by rank, ids",
+        description="Tokenize a built-in corpus of the texts that break ports (contractions, "
+        "runs of spaces and newlines, digits, emoji, CJK, combining marks, special tokens, "
+        "invalid UTF-8 through decode), or your own texts, and write each text's "
+        "pre-tokenizer pieces, each piece's byte symbols, its BPE merges rank by rank and the "
+        "ids as JSON. A port writes the same for the same texts; 'gpt2np compare' names the "
+        "first text, piece and merge where it departs. Format: docs/golden-files.md.",
+    )
+    t.add_argument("--out", required=True, help="the .json file to write")
+    t.add_argument(
+        "--text", action="append", metavar="TEXT", help="a text instead of the built-in corpus "
+        "(repeatable; - reads stdin)",
+    )  # fmt: skip
+    t.add_argument(
+        "--allow-special",
+        action="store_true",
+        help="encode <|endoftext|> in --text as the special token (otherwise as text)",
+    )
+    t.add_argument(
+        "--model",
+        metavar="DIR",
+        help="a model directory whose encoder.json + vocab.bpe (or vocab.json + merges.txt, or "
+        "tokenizer.json) to use (default: GPT-2's bundled vocabulary)",
+    )
+    t.set_defaults(func=run_dump_tokenizer)
 
 
 def parse_rows(text: str, what: str) -> list[list[int]]:
@@ -178,8 +211,46 @@ def run_dump(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_dump_tokenizer(args: argparse.Namespace) -> int:
+    """Write the tokenizer golden file, print one summary line."""
+    from ..golden.tokens import dump_tokenizer
+
+    texts = args.text
+    if texts is not None:
+        texts = [read_stdin_text() if t == "-" else t for t in texts]
+    golden = dump_tokenizer(
+        args.out,
+        _tokenizer_of(args.model),
+        texts,
+        allowed_special="all" if args.allow_special else [],
+    )
+    cases = golden["cases"]
+    ids = sum(len(c.get("ids", c.get("decode", []))) for c in cases)
+    print(f"wrote {args.out}: {len(cases)} cases, {ids} ids, {golden['n_vocab']} tokens")
+    return 0
+
+
+def _tokenizer_of(model: Any) -> Any:
+    """The tokenizer of a model directory's vocabulary files, or None for GPT-2's bundled one."""
+    if model is None:
+        return None
+    from ..tokenizer import Tokenizer
+
+    d = pathlib.Path(model)
+    for pair in (("encoder.json", "vocab.bpe"), ("vocab.json", "merges.txt")):
+        if all((d / f).is_file() for f in pair):
+            return Tokenizer.from_files(d / pair[0], d / pair[1])
+    if (d / "tokenizer.json").is_file():
+        return Tokenizer.from_tokenizer_json(d / "tokenizer.json")
+    raise ValueError(f"{model}: no encoder.json + vocab.bpe, vocab.json + merges.txt or "
+                     "tokenizer.json in that directory")  # fmt: skip
+
+
 def run_compare(args: argparse.Namespace) -> int:
     """Print the comparison; 0 when it passes, else 1."""
+    kind = golden_kind(args.golden)
+    if kind != "forward":
+        return _compare_other(kind, args)
     report = compare(
         args.golden, args.port, rtol=args.rtol, atol=args.atol, strict=args.strict,
         precision=args.precision, allow_mismatch=args.allow_mismatch, only=args.only,
@@ -189,4 +260,23 @@ def run_compare(args: argparse.Namespace) -> int:
         sys.stdout.write(report.to_json() + "\n")
     else:
         print(report.format("failures" if args.only_failures else "all" if args.all else "default"))
+    return 0 if report.ok else 1
+
+
+def _compare_other(kind: str, args: argparse.Namespace) -> int:
+    """A tokenizer or sampler golden file: its own comparison and report."""
+    if kind == "tokenizer":
+        from ..golden.tokens_diff import compare_tokenizer
+
+        report: Any = compare_tokenizer(args.golden, args.port)
+    else:
+        from ..golden.sampler_diff import compare_sampler
+
+        report = compare_sampler(
+            args.golden, args.port, rtol=args.rtol, atol=args.atol, precision=args.precision
+        )
+    if args.json:
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        print(report.format("failures" if args.only_failures or args.all else "default"))
     return 0 if report.ok else 1
