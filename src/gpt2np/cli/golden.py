@@ -23,9 +23,26 @@ from ..golden import dump
 from ..golden.diff import PRECISIONS, compare
 from ..golden.diff.engine import CHECKED_KEYS
 from ..golden.kinds import golden_kind
-from .common import load_model, progress_of, read_stdin_text
+from .common import (
+    finite_float,
+    load_model,
+    nonneg_int,
+    pos_float,
+    pos_int,
+    progress_of,
+    read_stdin_text,
+    temperature,
+    top_p,
+)
 
-__all__ = ["add_parsers", "parse_rows", "run_compare", "run_dump", "run_dump_tokenizer"]
+__all__ = [
+    "add_parsers",
+    "parse_rows",
+    "run_compare",
+    "run_dump",
+    "run_dump_sampler",
+    "run_dump_tokenizer",
+]
 
 
 def add_parsers(subparsers: Any) -> None:
@@ -158,6 +175,33 @@ def _add_dump_tokenizer(subparsers: Any) -> None:
         "tokenizer.json) to use (default: GPT-2's bundled vocabulary)",
     )
     t.set_defaults(func=run_dump_tokenizer)
+    _add_dump_sampler(subparsers)
+
+
+def _add_dump_sampler(subparsers: Any) -> None:
+    d = subparsers.add_parser(
+        "dump-sampler",
+        help="write a sampler golden file: each stage's logits and the chosen id per step",
+        description="Run gpt2np's sampler on logits (synthetic ones shaped like a language "
+        "model's, or --logits), a setting and a stream of uniform draws, and write each step's "
+        "logits after the penalties, the temperature, top-k, top-p and min-p, the final "
+        "distribution and the chosen id. A port's sampler, fed the same logits, history and "
+        "draws, is checked with 'gpt2np compare' without matching anyone's random generator. "
+        "Format: docs/golden-files.md.",
+    )
+    d.add_argument("--out", required=True, help="the .npz to write")
+    d.add_argument("--logits", metavar="FILE.npy", help="logits [steps, V] (default: synthetic)")
+    d.add_argument("--steps", type=pos_int, default=8, help="steps of synthetic logits (8)")
+    d.add_argument("--vocab", type=pos_int, default=50257, help="their vocabulary (50257)")
+    d.add_argument("--seed", type=nonneg_int, default=0, help="seed of the logits and draws")
+    d.add_argument("--temperature", type=temperature, default=1.0, help="0 is greedy (1.0)")
+    d.add_argument("--top-k", type=nonneg_int, default=0, help="0 is off (0)")
+    d.add_argument("--top-p", type=top_p, default=1.0, help="1 is off (1.0)")
+    d.add_argument("--min-p", type=finite_float, default=0.0, help="0 is off (0)")
+    d.add_argument("--repetition-penalty", type=pos_float, default=1.0, help="1 is off (1.0)")
+    d.add_argument("--presence-penalty", type=finite_float, default=0.0, help="0 is off (0)")
+    d.add_argument("--frequency-penalty", type=finite_float, default=0.0, help="0 is off (0)")
+    d.set_defaults(func=run_dump_sampler)
 
 
 def parse_rows(text: str, what: str) -> list[list[int]]:
@@ -227,6 +271,29 @@ def run_dump_tokenizer(args: argparse.Namespace) -> int:
     cases = golden["cases"]
     ids = sum(len(c.get("ids", c.get("decode", []))) for c in cases)
     print(f"wrote {args.out}: {len(cases)} cases, {ids} ids, {golden['n_vocab']} tokens")
+    return 0
+
+
+def run_dump_sampler(args: argparse.Namespace) -> int:
+    """Write the sampler golden file, print one summary line."""
+    import numpy as np
+
+    from ..golden.reader import open_regular
+    from ..golden.sampler import Setting, dump_sampler
+
+    setting = Setting(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty, presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty,
+    )  # fmt: skip
+    logits = None
+    if args.logits is not None:
+        with open_regular(args.logits) as f:
+            logits = np.load(f, allow_pickle=False)
+    m = dump_sampler(
+        args.out, setting, logits, steps=args.steps, n_vocab=args.vocab, seed=args.seed
+    )
+    print(f"wrote {args.out}: {m['steps']} steps over {m['n_vocab']} ids, {m['setting']}")
     return 0
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pathlib
+from collections.abc import Sequence
 from typing import Any, Optional, Union
 
 import regex
@@ -49,7 +50,7 @@ TOKENIZER_FORMAT = "gpt2np-tokenizer-golden"
 #: OpenAI's pre-tokenizer pattern as src/encoder.py writes it (gpt2np's PATTERN is the same with
 #: its shared prefixes factored out), for the ``regex`` module or any engine with \p{L}, \p{N}.
 OPENAI_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-Special = Union[str, list[str]]
+Special = Union[str, Sequence[str]]
 
 #: The built-in corpus: (name, text, allowed special tokens). Each covers something ports get
 #: wrong; the decode cases (invalid UTF-8) are added by :func:`dump_tokenizer`.

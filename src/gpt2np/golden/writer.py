@@ -32,7 +32,7 @@ from .zipwrite import AlignedZip
 if TYPE_CHECKING:
     from ..gpt2 import GPT2
 
-__all__ = ["dump"]
+__all__ = ["dump", "write_tensors"]
 
 
 #: Where a tensor goes in the file: its (dtype, shape, axes).
@@ -233,6 +233,21 @@ def _loss(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
         lse = top[:, 0] + np.log(np.exp(x - top).sum(axis=-1))
         loss[at : at + len(x)] = lse - x[np.arange(len(x)), targets[at : at + len(x)]]
     return loss
+
+
+def write_tensors(path: pathlib.Path, manifest: dict[str, Any], tensors: dict[str, Any]) -> None:
+    """Write ``tensors`` (name -> array, in this order) after ``manifest`` as an aligned golden
+    archive, whole or not at all; fills ``manifest["tensors"]`` with each one's place."""
+    arrays = {name: np.asarray(a) for name, a in tensors.items()}
+    layout: dict[str, Slot] = {
+        name: (a.dtype.newbyteorder("<"), a.shape, "") for name, a in arrays.items()
+    }
+
+    def produce(out: _Out) -> None:
+        for name, a in arrays.items():
+            out.tensor(name, a)
+
+    _write_atomically(path, manifest, layout, produce)
 
 
 def _write_atomically(
