@@ -546,9 +546,10 @@ def test_cli_dump_batches_ragged_rows_and_decode_steps(tiny_model, tmp_path, mon
     assert run_cli(["dump", "--ids", "1,2,3;4,5,6", "--out", g]) == 0
     assert "ids [2, 3] (1, 2, 3)" in capsys.readouterr().out
     assert run_cli(["dump", "--ids", "1,2,3,9;4,5", "--prefix-len", "1", "--out", g]) == 0
-    out = capsys.readouterr().out
-    assert "ids [2, 3] (2, 3, 9), T_past 1, left padding [0, 2]" in out
+    out, err = capsys.readouterr()
+    assert "ids [2, 3] (2, 3, 9), T_past 1, left padding [0, 2]" in out and not err
     assert run_cli(["dump", "--ids", "7;8", "--prefix-ids", "1,2;3", "--out", g]) == 0
+    assert "a 1-token step cannot show a missing causal mask" in capsys.readouterr().err
     m = json.loads(read_npz(pathlib.Path(g))[MANIFEST_KEY].tobytes())
     assert m["prefix_ids"] == [[1, 2], [0, 3]] and m["ids"] == [[7], [8]] and m["pad"] == [0, 1]
     assert run_cli(["dump", "--ids", "7,8", "--targets", "8,9", "--out", g]) == 0

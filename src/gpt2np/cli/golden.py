@@ -53,8 +53,9 @@ def add_parsers(subparsers: Any) -> None:
         description="Trace a prompt through a model and write every named intermediate "
         "(embed.*, h{i}.*, ln_f, logits, the next-token loss) plus a JSON manifest to an .npz "
         "that a port can diff against with 'gpt2np compare'. With a prefix, the prefix's keys "
-        "and values become the past and the rest is traced as one KV-cached step. "
-        "Layout: docs/golden-files.md.",
+        "and values become the past and the rest is traced as one KV-cached step: make the step "
+        "2 tokens or more, since a 1-token step cannot show a step that misses its causal mask "
+        "or puts the past after its own keys. Layout: docs/golden-files.md.",
     )
     p.add_argument(
         "--model",
@@ -74,7 +75,8 @@ def add_parsers(subparsers: Any) -> None:
         "--prefix-len",
         type=int,
         metavar="N",
-        help="the first N positions are the prefix; the rest is one KV-cached step",
+        help="the first N positions are the prefix; the rest is one KV-cached step (2 or "
+        "more tokens, to test the step's mask)",
     )
     prefix.add_argument("--prefix", metavar="TEXT", help="a prefix text before every row")
     prefix.add_argument("--prefix-ids", metavar="IDS", help="prefix token ids, rows by ';'")
@@ -252,6 +254,11 @@ def run_dump(args: argparse.Namespace) -> int:
         f"wrote {args.out}: {len(m['tensors'])} tensors, ids [{len(ids)}, {len(ids[0])}] "
         f"({first}){past}{pad}, {m['dtype']}, weights sha256 {m['weights_sha256'][:16]}…"
     )
+    if m["T_past"] and len(ids[0]) == 1:
+        sys.stderr.write(
+            "gpt2np: note: a 1-token step cannot show a missing causal mask on the step, nor the "
+            "past placed after the step's keys; a step of 2 or more tokens can\n"
+        )
     return 0
 
 
