@@ -1,6 +1,7 @@
-"""The ``gpt2np dump`` and ``gpt2np compare`` subcommands (golden files for ports).
+"""The ``gpt2np dump``, ``compare``, ``dump-tokenizer`` and ``dump-sampler`` subcommands (golden
+files for ports).
 
-``gpt2np/cli.py`` calls :func:`add_parsers`; each subcommand's handler takes the parsed
+``gpt2np.cli.app`` calls :func:`add_parsers`; each subcommand's handler takes the parsed
 arguments and returns the exit code. User mistakes raise ValueError / CheckpointError, which the
 main CLI prints as one line.
 
@@ -10,6 +11,12 @@ main CLI prints as one line.
     gpt2np compare GOLDEN PORT [--precision P] [--rtol R] [--atol A] [--only GLOB ...]
                    [--allow-missing GLOB ...] [--strict] [--only-failures | --all | --json]
                    [--allow-mismatch KEY ...]
+    gpt2np dump-tokenizer --out tokenizer.json [--text TEXT ...] [--model DIR]
+    gpt2np dump-sampler --out sampler.npz [--temperature T] [--top-k K] [--top-p P] [--min-p M]
+                        [--repetition-penalty R] [--presence-penalty A] [--frequency-penalty A]
+                        [--steps N] [--vocab V] [--seed S] [--logits FILE.npy]
+
+``compare`` tells the three kinds of golden file apart (:mod:`gpt2np.golden.kinds`).
 """
 
 from __future__ import annotations
@@ -46,7 +53,15 @@ __all__ = [
 
 
 def add_parsers(subparsers: Any) -> None:
-    """Register ``dump`` and ``compare`` on an ``argparse`` subparsers object."""
+    """Register ``dump``, ``compare``, ``dump-tokenizer`` and ``dump-sampler`` on an
+    ``argparse`` subparsers object."""
+    _add_dump(subparsers)
+    _add_compare(subparsers)
+    _add_dump_tokenizer(subparsers)
+    _add_dump_sampler(subparsers)
+
+
+def _add_dump(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "dump",
         help="write every intermediate of a forward pass (or a decode step) to a golden .npz",
@@ -95,6 +110,8 @@ def add_parsers(subparsers: Any) -> None:
     )
     p.set_defaults(func=run_dump)
 
+
+def _add_compare(subparsers: Any) -> None:
     c = subparsers.add_parser(
         "compare",
         help="diff a port's tensors against a golden .npz; exit 1 if any diverges",
@@ -146,7 +163,6 @@ def add_parsers(subparsers: Any) -> None:
         help="do not fail when the manifests differ in KEY (" + ", ".join(CHECKED_KEYS) + ", all)",
     )
     c.set_defaults(func=run_compare)
-    _add_dump_tokenizer(subparsers)
 
 
 def _add_dump_tokenizer(subparsers: Any) -> None:
@@ -177,7 +193,6 @@ def _add_dump_tokenizer(subparsers: Any) -> None:
         "tokenizer.json) to use (default: GPT-2's bundled vocabulary)",
     )
     t.set_defaults(func=run_dump_tokenizer)
-    _add_dump_sampler(subparsers)
 
 
 def _add_dump_sampler(subparsers: Any) -> None:
