@@ -142,7 +142,7 @@ def _stream(name: str, g: Source, p: Source, ctx: _Context, shape: tuple[int, ..
     for gc in g.chunks(name, n):
         mask = visible(name, axes, shape, ctx.T_past, ctx.pad, at, at + gc.size)
         padding = None
-        if mask is not None:
+        if mask is not None and ctx.pad is not None:  # (with no padding, no padded position)
             real = visible(name, axes, shape, ctx.T_past, ctx.pad, at, at + gc.size, False)
             padding = None if real is None else ~real
         scale = row_scale(gc, shape[-1]) if probs else None

@@ -104,21 +104,22 @@ class Stats:
         scale: Optional[np.ndarray],
     ) -> None:
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # atol = rtol = 0
-            same = (g64 == p64) | (np.isnan(g64) & np.isnan(p64))  # equal inf, shared NaN
-            diff = np.abs(p64 - g64)
-            diff[same] = 0.0
-            tol = np.abs(g64) * self.rtol + (self.atol if scale is None else self.atol * scale)
-            ratio = diff / tol  # |port - golden| / tolerance
-            ratio[same] = 0.0
-            ratio[np.isnan(ratio)] = np.inf  # a NaN the golden file does not have, or 0 / 0
-            rel = np.divide(diff, np.abs(g64), out=np.zeros_like(diff), where=g64 != 0)
-        nan = np.isnan(p64) & ~same
-        inf = np.isinf(p64) & ~same & ~nan
-        self.n_nan += int(nan.sum())
-        self.n_inf += int(inf.sum())
-        self._first(index, nan | inf, at)
-        self.max_abs = _worse(self.max_abs, diff)
-        self.max_rel = _worse(self.max_rel, rel)
+            diff = np.subtract(p64, g64)
+            np.abs(diff, out=diff)
+            magnitude = np.abs(g64)
+            ratio = magnitude * self.rtol
+            ratio += self.atol if scale is None else self.atol * scale
+            np.divide(diff, ratio, out=ratio)  # |port - golden| / tolerance
+            finite = bool(np.isfinite(ratio).all())
+            if not finite:  # NaN or inf somewhere, or 0 / 0 at a zero tolerance
+                self._nonfinite(g64, p64, diff, ratio, at, index)
+            rel = np.divide(diff, magnitude, out=magnitude, where=g64 != 0)  # 0 where golden 0
+        if finite:
+            self.max_abs = max(self.max_abs, float(diff.max()))
+            self.max_rel = max(self.max_rel, float(rel.max()))
+        else:
+            self.max_abs = _worse(self.max_abs, diff)
+            self.max_rel = _worse(self.max_rel, rel)
         self.n_bad += int(np.count_nonzero(ratio > 1.0))
         self.n_compared += g64.size
         i = int(np.argmax(ratio))
@@ -126,6 +127,27 @@ class Stats:
             self.worst_ratio = float(ratio[i])
             self.worst = at + (i if index is None else int(index[i]))
             self.values = (float(g64[i]), float(p64[i]))
+
+    def _nonfinite(
+        self,
+        g64: np.ndarray,
+        p64: np.ndarray,
+        diff: np.ndarray,
+        ratio: np.ndarray,
+        at: int,
+        index: Optional[np.ndarray],
+    ) -> None:
+        """Equal infinities and shared NaN pass; any other NaN or inf in the port counts (and
+        fails: its ratio is inf), and so does a 0 / 0 at a zero tolerance with unequal values."""
+        same = (g64 == p64) | (np.isnan(g64) & np.isnan(p64))
+        diff[same] = 0.0
+        ratio[same] = 0.0
+        ratio[np.isnan(ratio)] = np.inf
+        nan = np.isnan(p64) & ~same
+        inf = np.isinf(p64) & ~same
+        self.n_nan += int(nan.sum())
+        self.n_inf += int(inf.sum())
+        self._first(index, nan | inf, at)
 
     def fill(self, row: TensorDiff, shape: tuple[int, ...]) -> None:
         row.status = "diverged" if self.n_bad else "ok"
