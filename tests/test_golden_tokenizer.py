@@ -208,7 +208,7 @@ def test_damaged_files_are_checkpoint_errors(golden, tmp_path) -> None:
             compare_tokenizer(path, tmp_path / "bad.json")
     with pytest.raises(gpt2np.CheckpointError, match="not a tokenizer golden"):
         compare_tokenizer({"cases": []}, path)
-    with pytest.raises(gpt2np.CheckpointError, match="JSON, not an .npz: a tokenizer golden"):
+    with pytest.raises(gpt2np.CheckpointError, match=r"JSON, not an \.npz: a tokenizer golden"):
         gpt2np.compare(path, path)  # the forward comparison, given a tokenizer golden
 
 
