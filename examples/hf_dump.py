@@ -5,10 +5,10 @@ prefix of a decode step, left padding) through ``GPT2LMHeadModel`` with forward 
 modules and writes what they see under the golden file's names; ``gpt2np compare`` does the
 rest. It does not import gpt2np. Needs ``pip install torch==2.13.0 transformers``.
 
-    gpt2np dump --model DIR --prompt "Alan Turing theorized that" --prefix-len 4 \\
+    gpt2np dump --model DIR --prompt "Alan Turing theorized that" --prefix-len 3 \\
         --dtype float64 --out golden.npz
     python examples/hf_dump.py DIR golden.npz hf.npz        # DIR: config.json + model.safetensors
-    gpt2np compare golden.npz hf.npz
+    gpt2np compare golden.npz hf.npz --allow-missing 'h*.attn.scores'   # HF has no scores
 
 The hooks (HF's module -> gpt2np's name):
 

@@ -32,20 +32,18 @@ from gpt2np.params import flatten
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 from toyport import BUGS, ToyPort
 
+#: Bugs of a padded batch or of one row: this script's golden file is a 2-row decode step.
+NOT_MEASURED = ("neg_inf_pad", "right_pad", "no_batch_axis")
+
 
 def run_port(weights, hp, ids, P, precision, bugs=()):
-    port = ToyPort(weights, hp.n_head, precision, set(bugs))
-    tensors = {}
-    if P:
-        port.prefill(ids[:, :P])
-        tensors["past"] = port.past()
-    tensors.update(port.step(ids[:, P:]))
-    return tensors
+    """What the port writes (its ids, its past after the prefix, the step's tensors)."""
+    return ToyPort(weights, hp.n_head, precision, set(bugs)).run(ids, P)
 
 
 def need(golden, tensors):
     """(the smallest symmetric tolerance that passes, the tensor that needs it)."""
-    r = gpt2np.compare(golden, tensors, rtol=1.0, atol=1.0, hint=False)
+    r = gpt2np.compare(golden, tensors, rtol=1.0, atol=1.0, hint=False, allow_missing="*")
     compared = [row for row in r.rows if row.status in ("ok", "diverged")]
     worst = max(compared, key=lambda row: row.tol_ratio)
     return worst.tol_ratio, worst.name
@@ -100,10 +98,12 @@ def main() -> None:
         if cells:
             print("| correct | " + " | ".join(cells) + " |")
         for bug, what in BUGS.items():
+            if bug in NOT_MEASURED:
+                continue
             cells = []
             for precision in PRECISIONS:
                 tensors = run_port(weights, hp, ids, args.prefix, precision, {bug})
-                report = gpt2np.compare(golden, tensors, precision=precision)
+                report = gpt2np.compare(golden, tensors, precision=precision, allow_missing="loss*")
                 bug_need, _ = need(golden, tensors)
                 if report.ok:
                     cells.append(f"missed (needs {bug_need:.2g})")

@@ -209,6 +209,73 @@ def vocab(case: pathlib.Path) -> None:
     tok.decode(ids)
 
 
+# --- golden files: the numbers in a manifest ---------------------------------------------------
+
+_GOLDEN_TEMPLATE: dict[str, pathlib.Path] = {}
+
+
+def _golden_case(case: pathlib.Path) -> None:
+    """A golden file of a padded decode step (so T_past, pad, prefix_ids are all present) and
+    its manifest as two JSON files that the fuzzer damages: ``manifest.json`` holds the keys
+    (ids, T_past, pad, hparams, ...) and ``tensors.json`` the list of tensors, so that most
+    damage lands on the numbers compare reads. Made once per worker."""
+    import shutil
+    import tempfile
+
+    import gpt2np
+
+    if "dir" not in _GOLDEN_TEMPLATE:
+        root = pathlib.Path(tempfile.mkdtemp(prefix="gpt2np-golden-template-"))
+        hp = HParams(n_vocab=31, n_ctx=16, n_embd=8, n_head=2, n_layer=1)
+        model = gpt2np.GPT2(hp, gpt2np.init_params(hp, seed=0, std=0.2))
+        gpt2np.dump(model, [[1, 2, 3, 4], [5, 6]], root / "golden.npz", prefix=1)
+        with np.load(root / "golden.npz", allow_pickle=False) as z:
+            manifest = json.loads(z["__manifest__.json"].tobytes())
+        (root / "tensors.json").write_text(json.dumps(manifest.pop("tensors")))
+        (root / "manifest.json").write_text(json.dumps(manifest))
+        _GOLDEN_TEMPLATE["dir"] = root
+    shutil.copytree(_GOLDEN_TEMPLATE["dir"], case)
+
+
+def _with_manifest(src: pathlib.Path, dst: pathlib.Path, manifest: bytes) -> None:
+    """``src`` with its manifest member replaced by ``manifest`` (written with zipfile and
+    numpy's own .npy writer, not with gpt2np's)."""
+    import io
+    import zipfile
+
+    member = io.BytesIO()
+    np.lib.format.write_array(member, np.frombuffer(manifest, np.uint8), allow_pickle=False)
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for info in zin.infolist():
+            data = member.getvalue() if info.filename == "__manifest__.json.npy" else None
+            zout.writestr(info.filename, data if data is not None else zin.read(info))
+
+
+def _joined_manifest(case: pathlib.Path) -> bytes:
+    """The two JSON files as one manifest (as text when either no longer parses)."""
+    head, tensors = (case / "manifest.json").read_bytes(), (case / "tensors.json").read_bytes()
+    try:
+        manifest = json.loads(head)
+        manifest["tensors"] = json.loads(tensors)
+        return json.dumps(manifest).encode()
+    except (ValueError, TypeError, RecursionError):  # keep the damage: a manifest that is not
+        return head[:-1] + b', "tensors": ' + tensors + b"}"  # JSON must be refused too
+
+
+@target("golden-manifest", _golden_case, ["manifest.json", "manifest.json", "tensors.json"])
+def golden_manifest(case: pathlib.Path) -> None:
+    """Any number (or value) in a golden file's manifest: compare gives a report, either way
+    round, or refuses the file with a CheckpointError; never another exception."""
+    import gpt2np
+
+    damaged = case / "damaged.npz"
+    _with_manifest(case / "golden.npz", damaged, _joined_manifest(case))
+    for golden, port in ((damaged, case / "golden.npz"), (case / "golden.npz", damaged)):
+        report = gpt2np.compare(golden, port)
+        str(report)
+        report.to_json()
+
+
 # --- CLI device inputs: what the gpt2np command reads (gpt2np.cli.inputs) ----------------------
 #
 # A case damages text.txt or ids.txt (a text and its ids), then picks, from the damaged bytes,

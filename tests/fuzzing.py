@@ -124,7 +124,7 @@ INTERESTING_BYTES = (0x00, 0x01, 0x7F, 0x80, 0xFF, 0x20, 0x22, 0x5B, 0x7B, 0x30)
 INTERESTING_INTS = (0, 1, -1, 2**31 - 1, 2**31, 2**32 - 1, 2**63 - 1, 2**64 - 1, 10**12)
 INTERESTING_JSON: tuple[Any, ...] = (
     0, -1, 1, 2**64, 10**400, 1.5, -0.0, True, False, None, "", "x", [], {}, [1], {"": 0},
-    "\udcff" * 0 + "é", 1e308,
+    "\udcff" * 0 + "é", 1e308, 2**63, -(2**63), 2**31, 10**30, [2**63], [10**30, 0],
 )  # fmt: skip
 
 
@@ -201,7 +201,19 @@ def _mutate_json(data: bytes, rng: random.Random, kind: str, values: tuple[Any, 
         if not numbers:
             return None
         at = rng.choice(numbers)
-        new = rng.choice((b"1e400", b"-1", b"0", b"99999999999999999999", b"1.0", b"true"))
+        new = rng.choice(
+            (
+                b"1e400",
+                b"-1",
+                b"0",
+                b"99999999999999999999",
+                b"1.0",
+                b"true",
+                b"9223372036854775808",
+                b"1" + b"0" * 30,
+                b"-9223372036854775809",
+            )
+        )
         end = at
         while end < len(data) and data[end : end + 1].isdigit():
             end += 1

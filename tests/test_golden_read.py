@@ -303,5 +303,91 @@ def test_fortran_order_and_big_endian_members(golden_path, tmp_path) -> None:
     with open(port / "logits.npy", "rb") as f:
         np.lib.format.read_magic(f)
         assert np.lib.format.read_array_header_1_0(f)[1]  # fortran_order
-    report = gpt2np.compare(golden_path, port)
+    report = gpt2np.compare(golden_path, port, only=["logits", "h1.mlp.gelu"])
     assert report.ok and report.compared == 2, str(report)
+
+
+# ---- absurd numbers in a manifest, and golden tensors that are not numbers ------------------
+
+
+def with_manifest_keys(golden_path: pathlib.Path, dst: pathlib.Path, **changes) -> pathlib.Path:
+    """A copy of ``golden_path`` (through np.load / np.savez) whose manifest has ``changes``."""
+    with np.load(golden_path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    manifest = json.loads(arrays[MANIFEST_KEY].tobytes())
+    manifest.update(changes)
+    arrays[MANIFEST_KEY] = np.frombuffer(json.dumps(manifest).encode(), np.uint8)
+    np.savez(dst, **arrays)
+    return dst
+
+
+@pytest.mark.parametrize(
+    "changes,match",
+    [
+        ({"pad": [2**63]}, "pad"),
+        ({"pad": [10**30]}, "pad"),
+        ({"T_past": 10**30}, "T_past"),
+        ({"T_past": 2**63}, "T_past"),
+        ({"hparams": {"n_embd": 24, "n_head": 0}}, "hparams"),
+        ({"hparams": {"n_embd": "24", "n_head": 3}}, "hparams"),
+        ({"hparams": {"n_embd": 10**40, "n_head": 3}}, "hparams"),
+    ],
+)
+def test_absurd_numbers_in_a_manifest_are_named(golden_path, tmp_path, changes, match) -> None:
+    """Numbers too large for an int64 (or a zero head count) were an OverflowError (or a
+    ZeroDivisionError) from deep inside compare; now a CheckpointError naming the key."""
+    bad = with_manifest_keys(golden_path, tmp_path / "bad.npz", **changes)
+    for golden, port in ((bad, golden_path), (golden_path, bad)):
+        with pytest.raises(gpt2np.CheckpointError, match=match) as e:
+            gpt2np.compare(golden, port)
+        assert str(bad) in str(e.value)
+
+
+def test_absurd_manifest_numbers_are_one_line_from_the_cli(golden_path, tmp_path, capsys) -> None:
+    from gpt2np.cli import main
+
+    bad = with_manifest_keys(golden_path, tmp_path / "bad.npz", pad=[2**63])
+    assert main(["compare", str(bad), str(golden_path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpt2np: error: ") and len(err.strip().splitlines()) == 1
+    assert "pad" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("dtype", ["<U4", "|S4", "|V4", "<c8"])
+def test_a_golden_tensor_that_is_not_numbers_is_refused(golden_path, tmp_path, dtype) -> None:
+    """Only the port's dtype was checked: a golden tensor of text or raw bytes raised numpy's
+    ValueError from the comparison."""
+    with np.load(golden_path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["logits"] = np.zeros(arrays["logits"].shape, dtype)
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, **arrays)
+    with pytest.raises(gpt2np.CheckpointError, match=f"logits.*{dtype[1:]}|logits.*not numbers"):
+        gpt2np.compare(bad, golden_path)
+
+
+def test_the_hint_search_reads_no_port_tensor_larger_than_the_golden(golden_path, tmp_path):
+    """A small deflated port file may declare a huge tensor under a golden name, in another
+    shape: the hint search read it whole (2.1 GB and 40 s for 2 GiB). Now it reads a port
+    tensor only when it is no larger than the golden tensor it is checked against."""
+    with np.load(golden_path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files if k != MANIFEST_KEY}
+    arrays["logits"] = np.zeros(16 << 20, np.float32)  # 64 MB, deflated to ~64 kB
+    port = tmp_path / "port.npz"
+    np.savez_compressed(port, **arrays)
+    assert port.stat().st_size < 1 << 20
+    read = []
+    original = GoldenFile.chunks
+
+    def chunks(self, name, n=1 << 20):
+        if self.path == port:
+            read.append(name)
+        return original(self, name, n)
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(GoldenFile, "chunks", chunks):
+        report = gpt2np.compare(golden_path, port)
+    row = next(r for r in report.rows if r.name == "logits")
+    assert row.status == "shape" and report.first_divergence == "logits"
+    assert "logits" not in read  # neither compared (its shape differs) nor read for a hint

@@ -8,6 +8,7 @@ must be reported at the tensor where it enters. Nothing here imports gpt2np.
     port = ToyPort(weights, n_head=12, precision="float32", bugs={"erf_gelu"})
     port.prefill(prefix_ids)          # [B, P]: fills the cache, records nothing
     tensors = port.step(ids)          # [B, T]: name -> array, the golden file's names
+    tensors = port.run(ids, prefix_len=P, pad=pad)   # all of it: ids, step tensors, past
 
 ``weights`` are flat names -> arrays: ``wte``, ``wpe``, ``blocks.{i}.ln_1.g``, … (conv1d weights
 [n_in, n_out]). Precisions: float64 and float32 compute in that dtype; float16 and bfloat16 keep
@@ -31,6 +32,15 @@ BUGS = {
     "qk_swap": "q and k swapped when c_attn's output is split",
     "upper_left_mask": "the causal mask counted from the upper-left corner on a cached step",
     "no_ln_f": "the final LayerNorm skipped (its input written as ln_f)",
+    "self_unseen": "on a cached step a new token cannot attend to itself (s < T_past + t)",
+    "no_step_mask": "no causal mask on a cached step: every new token sees every new key",
+    "neg_inf_pad": "masked with -inf and no guard: a padded query row (no key to see) is NaN",
+    "kv_swap": "K and V swapped in the cache (written [v, k], read as [k, v])",
+    "k_prescaled": "keys stored already scaled by 1/√d_head (in attn.k and the cache)",
+    "past_after": "the cached keys and values placed after the step's own",
+    "right_pad": "a ragged batch padded on the right instead of the left",
+    "no_batch_axis": "tensors written without their batch axis (B = 1)",
+    "past_after_step": "past saved after the step was appended to the cache",
 }
 PRECISIONS = ("float64", "float32", "tf32", "float16", "bfloat16")
 
@@ -63,7 +73,8 @@ class ToyPort:
         self.w = {k: self.store(np.asarray(v, np.float64)) for k, v in weights.items()}
         self.n_layer = 1 + max(int(k.split(".")[1]) for k in weights if k.startswith("blocks."))
         self.cache: list[tuple[np.ndarray, np.ndarray]] = []  # per layer: k, v [B, H, S, Dh]
-        self.pad: np.ndarray | None = None
+        self.pad: np.ndarray | None = None  # left padding per row
+        self.right: np.ndarray | None = None  # right padding per row (the right_pad bug)
 
     # -- the precision: how values are stored, and how products and sums are taken -----------
 
@@ -117,6 +128,33 @@ class ToyPort:
         self.pad = None if pad is None else np.asarray(pad)
         return self.step(ids)
 
+    def run(
+        self, ids: np.ndarray, prefix_len: int = 0, pad: np.ndarray | None = None
+    ) -> dict[str, np.ndarray]:
+        """What a port writes for a golden file of ``ids`` [B, P + T] (left-padded by ``pad``,
+        the first ``prefix_len`` columns the prefix): the step's tensors, the ids, and the past
+        after the prefix; with the bugs' effects on what is written."""
+        ids = np.asarray(ids)
+        self.cache = [None] * self.n_layer  # type: ignore[list-item]
+        self.pad, self.right = None, None
+        if "right_pad" in self.bugs and pad is not None and np.any(pad):
+            assert not prefix_len, "right padding is modelled for a plain pass"
+            ids = np.stack([np.roll(row, -int(n)) for row, n in zip(ids, pad)])
+            self.right = np.asarray(pad)
+        elif pad is not None:
+            self.pad = np.asarray(pad)
+        out: dict[str, np.ndarray] = {"ids": ids[:, prefix_len:]}
+        if prefix_len:
+            out["prefix_ids"] = ids[:, :prefix_len]
+            self.step(ids[:, :prefix_len])
+            out["past"] = self.past()
+        out.update(self.step(ids[:, prefix_len:]))
+        if prefix_len and "past_after_step" in self.bugs:
+            out["past"] = self.past()
+        if "no_batch_axis" in self.bugs:
+            out = {k: v[0] for k, v in out.items()}
+        return out
+
     def step(self, ids: np.ndarray) -> dict[str, np.ndarray]:
         """Run ``ids`` [B, T] after whatever the cache holds; every intermediate by name."""
         ids = np.asarray(ids)
@@ -155,29 +193,25 @@ class ToyPort:
         q, k = (second, first) if "qk_swap" in self.bugs else (first, second)
         heads = lambda t: t.reshape(B, T, H, Dh).transpose(0, 2, 1, 3)  # noqa: E731
         q, k, v = heads(q), heads(k), heads(third)
-        if self.cache[i] is not None:
-            keys = np.concatenate([self.cache[i][0], k], axis=2)
-            values = np.concatenate([self.cache[i][1], v], axis=2)
-        else:
-            keys, values = k, v
-        self.cache[i] = (keys, values)
-        S = keys.shape[2]
         scale = 1.0 if "no_scale" in self.bugs else 1.0 / math.sqrt(Dh)
+        if "k_prescaled" in self.bugs:  # the scale moves from the scores into the stored keys
+            k, scale = self.store(self.work(k) * scale), 1.0
+        keys, values = self.attend_to(i, k, v)
+        S = keys.shape[2]
         scores = np.empty((B, H, T, S), np.float64)
         probs = np.empty((B, H, T, S), np.float64)
         merged = np.empty((B, T, H, Dh), np.float64)
-        corner = 0 if "upper_left_mask" in self.bugs else past
         for b in range(B):
-            first_key = 0 if self.pad is None else int(self.pad[b])
+            allowed = self.allowed(b, T, S, past)
             for h in range(H):
                 s = self.work(self.matmul(q[b, h], keys[b, h].T)) * scale  # [T, S]
                 scores[b, h] = self.store(s)
-                allowed = np.arange(S)[None, :] <= corner + np.arange(T)[:, None]
-                allowed &= np.arange(S)[None, :] >= first_key
                 s = np.where(allowed, s, -np.inf)
                 top = s.max(-1, keepdims=True)
-                top[~np.isfinite(top)] = 0.0  # a padded query sees nothing
-                e = np.exp(s - top)
+                if "neg_inf_pad" not in self.bugs:
+                    top[~np.isfinite(top)] = 0.0  # a padded query sees nothing
+                with np.errstate(invalid="ignore"):
+                    e = np.exp(s - top)
                 pr = self.store(e / np.maximum(e.sum(-1, keepdims=True), 1e-30))
                 probs[b, h] = pr
                 merged[b, :, h] = self.matmul(pr, values[b, h])
@@ -198,6 +232,38 @@ class ToyPort:
         })  # fmt: skip
         return y
 
+    def attend_to(self, i: int, k: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The keys and values layer i attends to, [B, H, S, Dh] each: the cache, then the new
+        ones; the cache is updated. The cache holds (k, v) per layer, or (v, k) with kv_swap."""
+        if self.cache[i] is None:
+            keys, values = k, v
+        else:
+            cached_k, cached_v = self.cache[i]
+            if "past_after" in self.bugs:
+                keys, values = np.concatenate([k, cached_k], 2), np.concatenate([v, cached_v], 2)
+            else:
+                keys, values = np.concatenate([cached_k, k], 2), np.concatenate([cached_v, v], 2)
+        # with kv_swap the cache is written (v, k) but read back as (k, v)
+        self.cache[i] = (values, keys) if "kv_swap" in self.bugs else (keys, values)
+        return keys, values
+
+    def allowed(self, b: int, T: int, S: int, past: int) -> np.ndarray:
+        """[T, S] bool: which keys each new query of row b may see."""
+        corner = 0 if "upper_left_mask" in self.bugs else past
+        s, t = np.arange(S)[None, :], np.arange(T)[:, None]
+        allowed = s <= corner + t
+        if past and "self_unseen" in self.bugs:
+            allowed = s < corner + t
+        if past and "no_step_mask" in self.bugs:
+            allowed = np.ones((T, S), bool)
+        if self.pad is not None:
+            allowed &= s >= int(self.pad[b])
+        if self.right is not None:  # right padding: the row's keys end at its length
+            allowed &= s < S - int(self.right[b])
+        return allowed
+
     def past(self) -> np.ndarray:
-        """The cache in the golden file's layout [B, L, 2, H, S, Dh]."""
-        return np.stack([np.stack([k, v], axis=1) for k, v in self.cache], axis=1)
+        """The cache in the golden file's layout [B, L, 2, H, S, Dh], as the port stores it."""
+        dtype = np.float64 if self.precision == "float64" else np.float32
+        stacked = np.stack([np.stack([k, v], axis=1) for k, v in self.cache], axis=1)
+        return np.asarray(stacked, dtype)

@@ -19,10 +19,10 @@ import json
 import sys
 from typing import Any, Callable
 
-from ..generation.options import OPTIONS, Flag, Option, check_args
+from ..generation.options import OPTIONS, check_args
 from .common import add_model_args, checked, load_model, parse_ids, progress_of
 
-__all__ = ["add_parsers", "run_generate"]
+__all__ = ["add_option_flag", "add_parsers", "run_generate"]
 
 _GROUPS = {
     "length": "length and ending",
@@ -52,12 +52,16 @@ def add_parsers(sub: Any) -> None:
     groups = {name: p.add_argument_group(title) for name, title in _GROUPS.items()}
     for option in OPTIONS.values():
         if option.flag is not None:
-            _add_flag(groups[option.group], option, option.flag)
+            add_option_flag(groups[option.group], option.name)
     p.set_defaults(func=run_generate)
 
 
-def _add_flag(group: Any, option: Option, flag: Flag) -> None:
-    """One option as a flag; not given, it is absent from the parsed arguments."""
+def add_option_flag(group: Any, name: str) -> None:
+    """The generation option ``name`` as its flag (its help, its check); not given, it is absent
+    from the parsed arguments (or the parser's ``set_defaults`` value)."""
+    option = OPTIONS[name]
+    flag = option.flag
+    assert flag is not None, f"the option {name} has no flag"
     names = flag.names or ("--" + option.name.replace("_", "-"),)
     kw: dict[str, Any] = dict(dest=option.name, default=argparse.SUPPRESS, help=option.help)
     if flag.kind == "switch":

@@ -1,40 +1,73 @@
-"""The ``gpt2np dump`` and ``gpt2np compare`` subcommands (golden files for ports).
+"""The ``gpt2np dump``, ``compare``, ``dump-tokenizer`` and ``dump-sampler`` subcommands (golden
+files for ports).
 
-``gpt2np/cli.py`` calls :func:`add_parsers`; each subcommand's handler takes the parsed
+``gpt2np.cli.app`` calls :func:`add_parsers`; each subcommand's handler takes the parsed
 arguments and returns the exit code. User mistakes raise ValueError / CheckpointError, which the
 main CLI prints as one line.
 
     gpt2np dump [--model 124M] (--prompt TEXT ... | --ids "1,2;3,4") --out golden.npz
                 [--prefix-len N | --prefix TEXT | --prefix-ids IDS] [--targets IDS]
                 [--dtype float64] [--names GLOB ...]
-    gpt2np compare GOLDEN PORT [--precision P] [--rtol R] [--atol A] [--strict]
-                   [--only-failures | --all | --json] [--allow-mismatch KEY ...]
+    gpt2np compare GOLDEN PORT [--precision P] [--rtol R] [--atol A] [--only GLOB ...]
+                   [--allow-missing GLOB ...] [--strict] [--only-failures | --all | --json]
+                   [--allow-mismatch KEY ...]
+    gpt2np dump-tokenizer --out tokenizer.json [--text TEXT ...] [--model DIR]
+    gpt2np dump-sampler --out sampler.npz [--temperature T] [--top-k K] [--top-p P] [--min-p M]
+                        [--repetition-penalty R] [--presence-penalty A] [--frequency-penalty A]
+                        [--steps N] [--vocab V] [--seed S] [--logits FILE.npy]
+
+``compare`` tells the three kinds of golden file apart (:mod:`gpt2np.golden.kinds`).
 """
 
 from __future__ import annotations
 
 import argparse
+import pathlib
 import sys
 from typing import Any
 
 from ..golden import dump
 from ..golden.diff import PRECISIONS, compare
 from ..golden.diff.engine import CHECKED_KEYS
-from .common import load_model, progress_of
+from ..golden.kinds import golden_kind
+from .common import load_model, nonneg_int, pos_int, progress_of, read_stdin_text
+from .generate import add_option_flag
 
-__all__ = ["add_parsers", "parse_rows", "run_compare", "run_dump"]
+#: The generation options a sampler golden records, as generate's flags, with the values that
+#: turn each off (the sampler golden has no model whose generation_config.json could say).
+SAMPLER_OPTIONS = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
+                   "repetition_penalty": 1.0, "presence_penalty": 0.0,
+                   "frequency_penalty": 0.0}  # fmt: skip
+
+__all__ = [
+    "add_parsers",
+    "parse_rows",
+    "run_compare",
+    "run_dump",
+    "run_dump_sampler",
+    "run_dump_tokenizer",
+]
 
 
 def add_parsers(subparsers: Any) -> None:
-    """Register ``dump`` and ``compare`` on an ``argparse`` subparsers object."""
+    """Register ``dump``, ``compare``, ``dump-tokenizer`` and ``dump-sampler`` on an
+    ``argparse`` subparsers object."""
+    _add_dump(subparsers)
+    _add_compare(subparsers)
+    _add_dump_tokenizer(subparsers)
+    _add_dump_sampler(subparsers)
+
+
+def _add_dump(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "dump",
         help="write every intermediate of a forward pass (or a decode step) to a golden .npz",
         description="Trace a prompt through a model and write every named intermediate "
         "(embed.*, h{i}.*, ln_f, logits, the next-token loss) plus a JSON manifest to an .npz "
         "that a port can diff against with 'gpt2np compare'. With a prefix, the prefix's keys "
-        "and values become the past and the rest is traced as one KV-cached step. "
-        "Layout: docs/golden-files.md.",
+        "and values become the past and the rest is traced as one KV-cached step: make the step "
+        "2 tokens or more, since a 1-token step cannot show a step that misses its causal mask "
+        "or puts the past after its own keys. Layout: docs/golden-files.md.",
     )
     p.add_argument(
         "--model",
@@ -54,7 +87,8 @@ def add_parsers(subparsers: Any) -> None:
         "--prefix-len",
         type=int,
         metavar="N",
-        help="the first N positions are the prefix; the rest is one KV-cached step",
+        help="the first N positions are the prefix; the rest is one KV-cached step (2 or "
+        "more tokens, to test the step's mask)",
     )
     prefix.add_argument("--prefix", metavar="TEXT", help="a prefix text before every row")
     prefix.add_argument("--prefix-ids", metavar="IDS", help="prefix token ids, rows by ';'")
@@ -73,6 +107,8 @@ def add_parsers(subparsers: Any) -> None:
     )
     p.set_defaults(func=run_dump)
 
+
+def _add_compare(subparsers: Any) -> None:
     c = subparsers.add_parser(
         "compare",
         help="diff a port's tensors against a golden .npz; exit 1 if any diverges",
@@ -93,7 +129,23 @@ def add_parsers(subparsers: Any) -> None:
     c.add_argument("--rtol", type=float, help="override the preset's rtol")
     c.add_argument("--atol", type=float, help="override the preset's atol")
     c.add_argument(
-        "--strict", action="store_true", help="also fail when the port lacks a golden tensor"
+        "--only",
+        action="append",
+        metavar="GLOB",
+        help="compare just the golden tensors matching this glob, e.g. 'h0.*' or 'logits' "
+        "(repeatable): for a port that writes only those",
+    )
+    c.add_argument(
+        "--allow-missing",
+        action="append",
+        metavar="GLOB",
+        help="golden tensors matching this glob may be absent from the port, e.g. "
+        "'h*.attn.scores', or '*' for any (repeatable); any other missing tensor fails",
+    )
+    c.add_argument(
+        "--strict",
+        action="store_true",
+        help="also fail when the port lacks the inputs (ids, prefix_ids, targets)",
     )
     view = c.add_mutually_exclusive_group()
     view.add_argument("--only-failures", action="store_true", help="list every failing tensor")
@@ -108,6 +160,58 @@ def add_parsers(subparsers: Any) -> None:
         help="do not fail when the manifests differ in KEY (" + ", ".join(CHECKED_KEYS) + ", all)",
     )
     c.set_defaults(func=run_compare)
+
+
+def _add_dump_tokenizer(subparsers: Any) -> None:
+    t = subparsers.add_parser(
+        "dump-tokenizer",
+        help="write a tokenizer golden file: pieces, byte symbols, merges rank by rank, ids",
+        description="Tokenize a built-in corpus of the texts that break ports (contractions, "
+        "runs of spaces and newlines, digits, emoji, CJK, combining marks, special tokens, "
+        "invalid UTF-8 through decode), or your own texts, and write each text's "
+        "pre-tokenizer pieces, each piece's byte symbols, its BPE merges rank by rank and the "
+        "ids as JSON. A port writes the same for the same texts; 'gpt2np compare' names the "
+        "first text, piece and merge where it departs. Format: docs/golden-files.md.",
+    )
+    t.add_argument("--out", required=True, help="the .json file to write")
+    t.add_argument(
+        "--text", action="append", metavar="TEXT", help="a text instead of the built-in corpus "
+        "(repeatable; - reads stdin)",
+    )  # fmt: skip
+    t.add_argument(
+        "--allow-special",
+        action="store_true",
+        help="encode <|endoftext|> in --text as the special token (otherwise as text)",
+    )
+    t.add_argument(
+        "--model",
+        metavar="DIR",
+        help="a model directory whose encoder.json + vocab.bpe (or vocab.json + merges.txt, or "
+        "tokenizer.json) to use (default: GPT-2's bundled vocabulary)",
+    )
+    t.set_defaults(func=run_dump_tokenizer)
+
+
+def _add_dump_sampler(subparsers: Any) -> None:
+    d = subparsers.add_parser(
+        "dump-sampler",
+        help="write a sampler golden file: each stage's logits and the chosen id per step",
+        description="Run gpt2np's sampler on logits (synthetic ones shaped like a language "
+        "model's, or --logits), a setting and a stream of uniform draws, and write each step's "
+        "logits after the penalties, the temperature, top-k, top-p and min-p, the final "
+        "distribution and the chosen id. A port's sampler, fed the same logits, history and "
+        "draws, is checked with 'gpt2np compare' without matching anyone's random generator. "
+        "Format: docs/golden-files.md.",
+    )
+    d.add_argument("--out", required=True, help="the .npz to write")
+    d.add_argument("--logits", metavar="FILE.npy", help="logits [steps, V] (default: synthetic)")
+    d.add_argument("--steps", type=pos_int, default=8, help="steps of synthetic logits (8)")
+    d.add_argument("--vocab", type=pos_int, default=50257, help="their vocabulary (50257)")
+    d.add_argument("--seed", type=nonneg_int, default=0, help="seed of the logits and draws")
+    for name in SAMPLER_OPTIONS:  # generate's flags: one definition of each option
+        add_option_flag(d, name)
+    d.set_defaults(**SAMPLER_OPTIONS)
+    d.set_defaults(func=run_dump_sampler)
 
 
 def parse_rows(text: str, what: str) -> list[list[int]]:
@@ -158,17 +262,103 @@ def run_dump(args: argparse.Namespace) -> int:
         f"wrote {args.out}: {len(m['tensors'])} tensors, ids [{len(ids)}, {len(ids[0])}] "
         f"({first}){past}{pad}, {m['dtype']}, weights sha256 {m['weights_sha256'][:16]}…"
     )
+    if m["T_past"] and len(ids[0]) == 1:
+        sys.stderr.write(
+            "gpt2np: note: a 1-token step cannot show a missing causal mask on the step, nor the "
+            "past placed after the step's keys; a step of 2 or more tokens can\n"
+        )
     return 0
+
+
+def run_dump_tokenizer(args: argparse.Namespace) -> int:
+    """Write the tokenizer golden file, print one summary line."""
+    from ..golden.tokens import dump_tokenizer
+
+    texts = args.text
+    if texts is not None:
+        texts = [read_stdin_text() if t == "-" else t for t in texts]
+    golden = dump_tokenizer(
+        args.out,
+        _tokenizer_of(args.model),
+        texts,
+        allowed_special="all" if args.allow_special else [],
+    )
+    cases = golden["cases"]
+    ids = sum(len(c.get("ids", c.get("decode", []))) for c in cases)
+    print(f"wrote {args.out}: {len(cases)} cases, {ids} ids, {golden['n_vocab']} tokens")
+    return 0
+
+
+def run_dump_sampler(args: argparse.Namespace) -> int:
+    """Write the sampler golden file, print one summary line."""
+    import numpy as np
+
+    from ..golden.reader import open_regular
+    from ..golden.sampler import Setting, dump_sampler
+
+    setting = Setting(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty, presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty,
+    )  # fmt: skip
+    logits = None
+    if args.logits is not None:
+        with open_regular(args.logits) as f:
+            logits = np.load(f, allow_pickle=False)
+    m = dump_sampler(
+        args.out, setting, logits, steps=args.steps, n_vocab=args.vocab, seed=args.seed
+    )
+    print(f"wrote {args.out}: {m['steps']} steps over {m['n_vocab']} ids, {m['setting']}")
+    return 0
+
+
+def _tokenizer_of(model: Any) -> Any:
+    """The tokenizer of a model directory's vocabulary files, or None for GPT-2's bundled one."""
+    if model is None:
+        return None
+    from ..tokenizer import Tokenizer
+
+    d = pathlib.Path(model)
+    for pair in (("encoder.json", "vocab.bpe"), ("vocab.json", "merges.txt")):
+        if all((d / f).is_file() for f in pair):
+            return Tokenizer.from_files(d / pair[0], d / pair[1])
+    if (d / "tokenizer.json").is_file():
+        return Tokenizer.from_tokenizer_json(d / "tokenizer.json")
+    raise ValueError(f"{model}: no encoder.json + vocab.bpe, vocab.json + merges.txt or "
+                     "tokenizer.json in that directory")  # fmt: skip
 
 
 def run_compare(args: argparse.Namespace) -> int:
     """Print the comparison; 0 when it passes, else 1."""
+    kind = golden_kind(args.golden)
+    if kind != "forward":
+        return _compare_other(kind, args)
     report = compare(
         args.golden, args.port, rtol=args.rtol, atol=args.atol, strict=args.strict,
-        precision=args.precision, allow_mismatch=args.allow_mismatch,
+        precision=args.precision, allow_mismatch=args.allow_mismatch, only=args.only,
+        allow_missing=args.allow_missing,
     )  # fmt: skip
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
     else:
         print(report.format("failures" if args.only_failures else "all" if args.all else "default"))
+    return 0 if report.ok else 1
+
+
+def _compare_other(kind: str, args: argparse.Namespace) -> int:
+    """A tokenizer or sampler golden file: its own comparison and report."""
+    if kind == "tokenizer":
+        from ..golden.tokens_diff import compare_tokenizer
+
+        report: Any = compare_tokenizer(args.golden, args.port)
+    else:
+        from ..golden.sampler_diff import compare_sampler
+
+        report = compare_sampler(
+            args.golden, args.port, rtol=args.rtol, atol=args.atol, precision=args.precision
+        )
+    if args.json:
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        print(report.format("failures" if args.only_failures or args.all else "default"))
     return 0 if report.ok else 1

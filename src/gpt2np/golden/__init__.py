@@ -9,13 +9,20 @@ the layout so that a C, Rust, JS or GPU port can read and write it.
 
 Modules: ``manifest`` (its keys, the weights' hash), ``npy`` (the .npy header), ``zipwrite``
 (the aligned archive), ``inputs`` (rows, prefix, padding, targets), ``writer`` (:func:`dump`),
-``reader`` (:class:`GoldenFile`).
+``reader`` (:class:`GoldenFile`), ``diff/`` (the comparison). The tokenizer's and the sampler's
+goldens: ``tokens`` (:func:`dump_tokenizer`) and ``tokens_diff`` (:func:`compare_tokenizer`),
+``sampler`` (:func:`dump_sampler`) and ``sampler_diff`` (:func:`compare_sampler`); ``kinds``
+tells the three kinds of file apart.
 """
 
 from __future__ import annotations
 
 from .manifest import FORMAT, FORMAT_VERSION, MANIFEST_KEY, weights_sha256
 from .reader import GoldenFile, MappingSource, Source, open_source
+from .sampler import Setting, dump_sampler
+from .sampler_diff import compare_sampler
+from .tokens import dump_tokenizer
+from .tokens_diff import compare_tokenizer
 from .writer import dump
 
 __all__ = [
@@ -24,8 +31,13 @@ __all__ = [
     "MANIFEST_KEY",
     "GoldenFile",
     "MappingSource",
+    "Setting",
     "Source",
+    "compare_sampler",
+    "compare_tokenizer",
     "dump",
+    "dump_sampler",
+    "dump_tokenizer",
     "open_source",
     "weights_sha256",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -28,6 +28,11 @@ FORMAT = "gpt2np-golden"
 FORMAT_VERSION = 1
 #: A manifest larger than this is refused before it is read (B·T ids take ~8 bytes each).
 MAX_MANIFEST_BYTES = 64 << 20
+#: Positions, paddings and sizes in a manifest are below this (no model comes near; anything
+#: larger is damage, and would overflow the int64 arithmetic of the comparison).
+MAX_COUNT = 1 << 40
+#: The hparams a comparison reads, each a positive int below MAX_COUNT where present.
+_HPARAM_KEYS = ("n_vocab", "n_ctx", "n_embd", "n_head", "n_layer")
 
 
 def weights_sha256(params: Params, hparams: HParams) -> str:
@@ -64,7 +69,9 @@ def parse_manifest(raw: bytes, where: str) -> dict[str, Any]:
 def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
     """The keys gpt2np reads, checked: ``tensors`` (a list of {name, shape?, dtype?, axes?}),
     and where present ``ids``/``prefix_ids`` (rectangular [B, n] int lists), ``T_past`` (an int
-    ≥ 0), ``pad`` ([B] ints), ``hparams`` (an object), ``weights_sha256`` (a str)."""
+    ≥ 0), ``pad`` ([B] ints), ``hparams`` (an object whose n_* are positive ints),
+    ``weights_sha256`` (a str). Counts (T_past, pad, hparams, shapes) are below
+    :data:`MAX_COUNT`."""
 
     def bad(what: str) -> CheckpointError:
         return CheckpointError(f"{where}: bad {MANIFEST_KEY}: {what}")
@@ -88,17 +95,30 @@ def check_manifest(manifest: Any, where: str) -> dict[str, Any]:
             if key == "ids":
                 rows = shape[0]
     T_past = manifest.get("T_past", 0)
-    if T_past is not None and not (_int(T_past) and T_past >= 0):
-        raise bad(f"T_past {_clip(T_past)} is not an int >= 0")
+    if T_past is not None and not (_int(T_past) and 0 <= T_past < MAX_COUNT):
+        raise bad(f"T_past {_clip(T_past)} is not an int in [0, {MAX_COUNT})")
     pad = manifest.get("pad")
     if pad is not None and not (_ints(pad) and (rows is None or len(pad) == rows)):
-        raise bad(f"pad {_clip(pad)} is not a list of one int >= 0 per row of ids")
-    if manifest.get("hparams") is not None and not isinstance(manifest["hparams"], dict):
-        raise bad("hparams is not an object")
+        raise bad(f"pad {_clip(pad)} is not a list of one int in [0, {MAX_COUNT}) per row of ids")
+    _check_hparams(manifest.get("hparams"), bad)
     sha = manifest.get("weights_sha256")
     if sha is not None and not isinstance(sha, str):
         raise bad("weights_sha256 is not a str")
     return manifest
+
+
+def _check_hparams(hparams: Any, bad: Callable[[str], CheckpointError]) -> None:
+    if hparams is None:
+        return
+    if not isinstance(hparams, dict):
+        raise bad("hparams is not an object")
+    for key in _HPARAM_KEYS:
+        value = hparams.get(key)
+        if value is not None and not (_int(value) and 0 < value < MAX_COUNT):
+            raise bad(f"hparams {key} {_clip(value)} is not an int in [1, {MAX_COUNT})")
+    if _int(hparams.get("n_embd")) and _int(hparams.get("n_head")):
+        if hparams["n_embd"] % hparams["n_head"]:
+            raise bad(f"hparams n_embd {hparams['n_embd']} is not a multiple of n_head")
 
 
 def _int(x: Any) -> bool:
@@ -106,7 +126,7 @@ def _int(x: Any) -> bool:
 
 
 def _ints(x: Any) -> bool:
-    return isinstance(x, list) and all(_int(d) and d >= 0 for d in x)
+    return isinstance(x, list) and all(_int(d) and 0 <= d < MAX_COUNT for d in x)
 
 
 def _rectangle(x: Any) -> Optional[tuple[int, int]]:

@@ -146,6 +146,11 @@ class GoldenFile(Source):
                 )
             if not head:
                 raise CheckpointError(f"{self.path}: not a readable .npz file: it is empty")
+            if head.lstrip()[:1] == b"{":
+                raise CheckpointError(
+                    f"{self.path}: JSON, not an .npz: a tokenizer golden file is compared with "
+                    "'gpt2np compare' or gpt2np.golden.compare_tokenizer"
+                )
             f.seek(0)
             self._zip = zipfile.ZipFile(f)  # reads the central directory only
         except CheckpointError:

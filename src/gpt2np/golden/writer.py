@@ -32,7 +32,7 @@ from .zipwrite import AlignedZip
 if TYPE_CHECKING:
     from ..gpt2 import GPT2
 
-__all__ = ["dump"]
+__all__ = ["dump", "write_tensors"]
 
 
 #: Where a tensor goes in the file: its (dtype, shape, axes).
@@ -63,8 +63,11 @@ def dump(
     higher-precision reference); the weights' hash is taken before the cast. names: globs
     selecting traced tensors, as for :func:`gpt2np.golden.trace.trace`. targets: ids [B, T] whose
     cross-entropy ``loss`` [B, T] is recorded; by default each position's next token
-    (``loss`` [B, T - 1]; none for a single token). model_name: recorded in the manifest.
+    (``loss`` [B, T - 1]; none for a single token). model_name: recorded in the manifest
+    (default: ``repo@commit`` for a model loaded from the Hugging Face Hub, else null).
     """
+    if model_name is None:
+        model_name = _model_name(model)
     if names is not None and not isinstance(names, str):
         names = list(names)  # a generator would be used up before the manifest records it
     traced = selected_names(names, model.hparams.n_layer)
@@ -101,6 +104,13 @@ def dump(
         pathlib.Path(path), manifest, layout, lambda out: _run(model, batch, out, traced)
     )
     return manifest
+
+
+def _model_name(model: GPT2) -> Optional[str]:
+    """``repo@commit`` for a model that knows its Hub snapshot (``model.source``), else None."""
+    source = getattr(model, "source", None)
+    repo, commit = getattr(source, "repo", None), getattr(source, "commit", None)
+    return f"{repo}@{commit}" if isinstance(repo, str) and isinstance(commit, str) else None
 
 
 def _float_dtype(dtype: Any) -> np.dtype:
@@ -223,6 +233,21 @@ def _loss(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
         lse = top[:, 0] + np.log(np.exp(x - top).sum(axis=-1))
         loss[at : at + len(x)] = lse - x[np.arange(len(x)), targets[at : at + len(x)]]
     return loss
+
+
+def write_tensors(path: pathlib.Path, manifest: dict[str, Any], tensors: dict[str, Any]) -> None:
+    """Write ``tensors`` (name -> array, in this order) after ``manifest`` as an aligned golden
+    archive, whole or not at all; fills ``manifest["tensors"]`` with each one's place."""
+    arrays = {name: np.asarray(a) for name, a in tensors.items()}
+    layout: dict[str, Slot] = {
+        name: (a.dtype.newbyteorder("<"), a.shape, "") for name, a in arrays.items()
+    }
+
+    def produce(out: _Out) -> None:
+        for name, a in arrays.items():
+            out.tensor(name, a)
+
+    _write_atomically(path, manifest, layout, produce)
 
 
 def _write_atomically(

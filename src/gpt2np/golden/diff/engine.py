@@ -1,7 +1,8 @@
 """The comparison itself: two sources of named tensors, streamed chunk by chunk in lockstep.
 
 Memory stays at a few chunks (a million elements each) whatever the tensors' size; only a
-failing tensor's hints read one of the port's tensors whole (see :mod:`gpt2np.golden.diff.hints`).
+failing tensor's hints read one of the port's tensors whole, and only when it is no larger than
+the golden tensors it is checked against (see :mod:`gpt2np.golden.diff.hints`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ...errors import CheckpointError
 from ..reader import CHUNK, Source, open_source
 from . import hints
+from .names import INPUTS, Globs, globs, matches, selected, suggest_names
 from .report import CompareReport, TensorDiff
+from .stats import Stats, is_probs, row_scale
 from .tolerance import tolerance
-from .visible import axes_of, chunk_size, visible
+from .visible import axes_of, chunk_size, is_scores, visible
 
 __all__ = ["compare"]
 
@@ -25,7 +29,6 @@ __all__ = ["compare"]
 CHECKED_KEYS = ("weights_sha256", "hparams", "ids", "prefix_ids", "T_past", "pad")
 #: /tol below this is noise when it comes to where an error is born (see TensorDiff.growth).
 GROWTH_FLOOR = 0.05
-_HINTED_ROWS = 3  # failing tensors whose hints are searched (each reads the port's tensor whole)
 
 
 def compare(
@@ -38,33 +41,40 @@ def compare(
     precision: Optional[str] = None,
     allow_mismatch: Iterable[str] = (),
     hint: bool = True,
+    only: Globs = None,
+    allow_missing: Globs = None,
 ) -> CompareReport:
     """Compare every tensor of ``golden`` with the port's, in the golden file's order.
 
     golden, port: a path (an ``.npz``, or a directory of ``NAME.npy`` files), a mapping
     name -> array (a port running in this process), or a :class:`gpt2np.Trace`.
     precision: the tolerance preset (float64, float32 — the default —, tf32, float16, bfloat16,
-    :data:`gpt2np.golden.diff.PRECISIONS`); ``rtol``/``atol`` override its values. strict: a tensor
-    missing in the port fails too. allow_mismatch: manifest keys (weights_sha256, hparams, ids,
+    :data:`gpt2np.golden.diff.PRECISIONS`); ``rtol``/``atol`` override its values.
+    only: globs (``"h0.*"``, ``"*.attn.probs"``): compare just the golden tensors they match.
+    allow_missing: globs (``"*"`` for all) of golden tensors the port may lack. Any other
+    missing tensor fails the comparison, except the inputs (ids, prefix_ids, targets), which
+    fail only with ``strict``. allow_mismatch: manifest keys (weights_sha256, hparams, ids,
     prefix_ids, T_past, pad, or "all") whose difference is reported but does not fail.
-    hint: look for what a failing tensor equals instead (another tensor, a transpose, a scale).
+    hint: look for what a failing tensor equals instead (another tensor, a transpose, a scale,
+    a variant of the computation that names a common bug).
 
     Unreadable files raise :class:`gpt2np.CheckpointError`; everything else (missing, extra,
-    misshapen tensors, other dtypes, different manifests) ends up in the report.
+    misshapen tensors, other dtypes, NaN, different manifests) ends up in the report.
     """
     precision, rtol, atol = tolerance(precision, rtol, atol)
     allowed = _allowed(allow_mismatch)
+    only_globs, may_lack = globs(only, "only"), globs(allow_missing, "allow_missing")
     with open_source(golden, "<in-memory golden>") as g, open_source(port, "<in-memory port>") as p:
         ctx = _Context(g, rtol, atol)
-        rows = [_compare_one(name, g, p, ctx) for name in g.names]
+        rows = [_compare_one(name, g, p, ctx) for name in selected(g.names, only_globs)]
+        for r in rows:
+            r.required = not matches(r.name, may_lack) and (strict or r.name not in INPUTS)
         _growth(rows)
         born = _born(rows)
         if hint:
-            hinted = [r for r in rows if r.diverged][:_HINTED_ROWS]
-            hinted += [r for r in rows if r.name == born and r.diverged and r not in hinted]
-            for r in hinted:
-                r.hints = hints.search(r, g, p, ctx)
+            hints.search_all(rows, born, g, p, ctx)
         mismatches, notes = _manifests(g, p, allowed)
+        extra = [n for n in p.names if n not in g.names]
     return CompareReport(
         golden=_label(golden, g),
         port=_label(port, p),
@@ -72,12 +82,15 @@ def compare(
         atol=atol,
         strict=strict,
         rows=rows,
-        extra=[n for n in p.names if n not in g.names],
+        extra=extra,
         notes=notes + _ignored(g, p),
         precision=precision,
         mismatches=mismatches,
         allowed=sorted(allowed),
         born=born,
+        renames=suggest_names(extra, [r.name for r in rows if r.status == "missing"]),
+        only=only_globs,
+        allow_missing=may_lack,
     )
 
 
@@ -94,6 +107,12 @@ class _Context:
 
 def _compare_one(name: str, g: Source, p: Source, ctx: _Context) -> TensorDiff:
     gh = g.header(name)
+    if gh.dtype.kind not in _NUMERIC:
+        kind = _KINDS.get(gh.dtype.kind, "not numbers")
+        raise CheckpointError(
+            f"{g.label}: tensor {name} holds {gh.dtype} ({kind}), not numbers: it cannot be a "
+            "golden tensor"
+        )
     row = TensorDiff(name, "missing", gh.shape, golden_dtype=gh.dtype.name)
     if name not in p.names:
         return row
@@ -107,86 +126,47 @@ def _compare_one(name: str, g: Source, p: Source, ctx: _Context) -> TensorDiff:
         row.status = "shape"
         row.note = f"port {_text(ph.shape)}, golden {_text(gh.shape)}"
         return row
-    axes = axes_of(name, g.axes(name), len(gh.shape))
-    stats = _Stats(ctx.rtol, ctx.atol)
-    n = chunk_size(gh.shape, CHUNK)
+    _stream(name, g, p, ctx, gh.shape).fill(row, gh.shape)
+    return row
+
+
+def _stream(name: str, g: Source, p: Source, ctx: _Context, shape: tuple[int, ...]) -> Stats:
+    """Both tensors, chunk by chunk: the compared elements, the padding's non-finite values,
+    and for a probability row the tolerance scaled by the row's largest probability."""
+    axes = axes_of(name, g.axes(name), len(shape))
+    stats = Stats(ctx.rtol, ctx.atol)
+    n = chunk_size(shape, CHUNK)
+    probs = is_probs(name, axes) and n % shape[-1] == 0
+    scores = is_scores(name)
     at, port_chunks = 0, p.chunks(name, n)
     for gc in g.chunks(name, n):
-        mask = visible(name, axes, gh.shape, ctx.T_past, ctx.pad, at, at + gc.size)
-        stats.add(gc, next(port_chunks), at, mask)
+        mask = visible(name, axes, shape, ctx.T_past, ctx.pad, at, at + gc.size)
+        padding = None
+        if mask is not None and ctx.pad is not None:  # (with no padding, no padded position)
+            real = visible(name, axes, shape, ctx.T_past, ctx.pad, at, at + gc.size, False)
+            padding = None if real is None else ~real
+        scale = row_scale(gc, shape[-1]) if probs else None
+        stats.add(gc, next(port_chunks), at, mask, padding, scale, only_nan=scores)
         at += gc.size
-    next(
-        port_chunks, None
-    )  # runs the port's reader to its end, where a ZIP member's CRC is checked
-    stats.fill(row, gh.shape)
-    return row
+    next(port_chunks, None)  # the port's reader runs to its end, where a ZIP CRC is checked
+    return stats
 
 
 def _label(x: Any, source: Source) -> str:
     return str(x) if isinstance(x, (str, os.PathLike)) else source.label
 
 
+_NUMERIC = "biuf"
+_KINDS = {"V": "raw bytes", "c": "complex", "U": "text", "S": "bytes", "M": "dates"}
+
+
 def _dtype_problem(golden: np.dtype, port: np.dtype) -> str:
     """Why the port's dtype cannot stand for the golden's, or ""."""
-    numeric = "biuf"
-    if port.kind not in numeric:
-        what = {"V": "raw bytes", "c": "complex", "U": "text", "S": "bytes", "M": "dates"}
-        return f"port stores {port} ({what.get(port.kind, 'not numbers')}), golden {golden}"
+    if port.kind not in _NUMERIC:
+        return f"port stores {port} ({_KINDS.get(port.kind, 'not numbers')}), golden {golden}"
     if golden.kind == "f" and port.kind in "biu":
         return f"port stores integers ({port}) where the golden holds {golden}"
     return ""
-
-
-class _Stats:
-    """Running maxima over the chunks of one tensor."""
-
-    def __init__(self, rtol: float, atol: float) -> None:
-        self.rtol, self.atol = rtol, atol
-        self.max_abs = self.max_rel = self.worst_ratio = 0.0
-        self.n_bad = self.n_compared = 0
-        self.worst = -1
-        self.values = (math.nan, math.nan)
-
-    def add(self, g: np.ndarray, p: np.ndarray, at: int, mask: Optional[np.ndarray]) -> None:
-        g64, p64 = g.astype(np.float64), p.astype(np.float64)
-        index = None
-        if mask is not None:
-            index = np.flatnonzero(mask)
-            g64, p64 = g64[index], p64[index]
-        if not g64.size:
-            return
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):  # atol = rtol = 0
-            diff = np.subtract(p64, g64)
-            np.abs(diff, out=diff)
-            scale = np.abs(g64)
-            ratio = scale * self.rtol
-            ratio += self.atol
-            np.divide(diff, ratio, out=ratio)  # |port - golden| / tolerance
-            if np.isnan(ratio).any():  # NaN or inf somewhere, or 0 / 0 at a zero tolerance
-                same = (g64 == p64) | (np.isnan(g64) & np.isnan(p64))  # equal inf, shared NaN
-                diff[same] = 0.0
-                ratio[same] = 0.0
-                ratio[np.isnan(ratio)] = np.inf  # a NaN the golden file does not have
-            np.divide(diff, scale, out=scale, where=scale != 0)  # relative error, 0 at golden 0
-            self.max_rel = max(self.max_rel, float(np.max(scale)))
-        self.max_abs = max(self.max_abs, float(np.max(diff)))
-        self.n_bad += int(np.count_nonzero(ratio > 1.0))
-        self.n_compared += g64.size
-        i = int(np.argmax(ratio))
-        if self.worst < 0 or ratio[i] > self.worst_ratio:
-            self.worst_ratio = float(ratio[i])
-            self.worst = at + (i if index is None else int(index[i]))
-            self.values = (float(g64[i]), float(p64[i]))
-
-    def fill(self, row: TensorDiff, shape: tuple[int, ...]) -> None:
-        row.status = "diverged" if self.n_bad else "ok"
-        row.n_bad, row.n_compared = self.n_bad, self.n_compared
-        if self.n_compared:
-            row.max_abs, row.max_rel, row.tol_ratio = self.max_abs, self.max_rel, self.worst_ratio
-            row.worst = tuple(int(i) for i in np.unravel_index(self.worst, shape))
-            row.golden_value, row.port_value = self.values
-        else:
-            row.max_abs = row.max_rel = row.tol_ratio = 0.0
 
 
 def _growth(rows: list[TensorDiff]) -> None:
@@ -231,7 +211,7 @@ def _manifests(g: Source, p: Source, allowed: set[str]) -> tuple[list[str], list
     notes = []
     if gm is not None:
         ids = gm.get("ids") or [[]]
-        about = f"golden: model {gm.get('model')}, {gm.get('dtype')}, ids [{len(ids)}, "
+        about = f"golden: {_model_text(gm)}, {gm.get('dtype')}, ids [{len(ids)}, "
         about += f"{len(ids[0])}]" + (f", T_past {gm['T_past']}" if gm.get("T_past") else "")
         about += f", pad {gm['pad']}" if gm.get("pad") else ""
         about += f", weights sha256 {str(gm.get('weights_sha256'))[:16]}…"
@@ -249,6 +229,15 @@ def _manifests(g: Source, p: Source, allowed: set[str]) -> tuple[list[str], list
             else:
                 mismatches.append(text + " (allow it with --allow-mismatch " + key + ")")
     return mismatches, notes
+
+
+def _model_text(manifest: dict[str, Any]) -> str:
+    """ "model 124M", or for a file that names none (a dump from Python), its shape."""
+    if isinstance(manifest.get("model"), str):
+        return f"model {manifest['model']}"
+    h = manifest.get("hparams") or {}
+    shape = ", ".join(f"{k} {h[k]}" for k in ("n_layer", "n_embd", "n_head", "n_vocab") if k in h)
+    return f"an unnamed model ({shape})" if shape else "an unnamed model"  # a dump from Python
 
 
 def _ignored(g: Source, p: Source) -> list[str]:

@@ -1,12 +1,15 @@
 """What a failing tensor of the port equals instead: another golden tensor, a transpose, a scale,
-or raw 16-bit floats stored as integers.
+raw 16-bit floats stored as integers, or the golden's own inputs put through a common bug.
 
 The classic port bugs leave such fingerprints: q and k swapped (the port's ``attn.q`` is the
 golden ``attn.k``), a cache laid out ``[B, T, H, Dh]`` instead of ``[B, H, T, Dh]`` (which slips
 past the shape check when T = H), HF's last ``hidden_states`` taken for the last block's output
 (it is ``ln_f``'s), a missing 1/√Dh (the scores are √Dh times too large), bfloat16 bits written
-as uint16. Each check streams the golden tensor in chunks against the port's tensor, read whole,
-and stops at the first chunk that disagrees.
+as uint16, a dropped batch axis; and those that :mod:`gpt2np.golden.diff.variants` recomputes
+(LayerNorm's ε and variance, GELU's form, shifted positions, the causal mask, the cache's
+order and layout, right padding). Each check streams the golden tensor in chunks against the
+port's tensor, which is read whole, but only when it is no larger than the golden tensors it
+is checked against: a small deflated file may declare a huge tensor.
 """
 
 from __future__ import annotations
@@ -19,25 +22,93 @@ from typing import Any, Optional
 import numpy as np
 
 from ..reader import CHUNK, Source
+from . import variants
 from .report import TensorDiff
+from .stats import is_probs, row_scale
 from .tolerance import PRECISIONS
 from .visible import axes_of, chunk_size, visible
 
-__all__ = ["search"]
+__all__ = ["search", "search_all"]
 
 _MAX_CANDIDATES = 48  # other golden tensors tried, nearest first
 _MAX_PERMUTATIONS = 24
+_HINTED_ROWS = 3  # failing tensors whose hints are searched (each reads the port's tensor whole)
+
+
+def search_all(rows: list[TensorDiff], born: Optional[str], g: Source, p: Source, ctx: Any) -> None:
+    """Fill ``hints`` of the rows worth a search: the first few failing tensors, the one where
+    the error is born (recomputed variants only, if it is within tolerance), and ``past``,
+    which comes last; a dropped batch axis is said once for all the tensors that lack it."""
+    failing = [r for r in rows if r.diverged]
+    batchless = [r for r in failing if r.status == "shape" and _batch_dropped(r)]
+    if batchless:
+        batchless[0].hints = [_batch_text(batchless[0], len(batchless))]
+    chosen = [r for r in failing if r not in batchless][:_HINTED_ROWS]
+    chosen += [r for r in failing if r.name in (born, "past") and r not in chosen + batchless]
+    for r in chosen:
+        r.hints = search(r, g, p, ctx)
+    for r in rows:
+        if r.name == born and r.status == "ok":
+            port = _port_array(p, r.name, g.header(r.name).size)
+            if port is not None:
+                r.hints = variants.recompute(r.name, port.reshape(r.golden_shape), g, ctx)
 
 
 def search(row: TensorDiff, g: Source, p: Source, ctx: Any) -> list[str]:
     """Hints for one failing tensor (``row``), as sentences."""
     if row.status == "dtype":
         return _sixteen_bits(row, g, p, ctx)
-    port = np.ascontiguousarray(p.read(row.name))
-    found = _equal_elsewhere(row.name, port, g, ctx)
+    if row.status == "shape":
+        return _shape(row, g, p, ctx)
+    port = _port_array(p, row.name, g.header(row.name).size)
+    if port is None:
+        return []
+    found = variants.recompute(row.name, port, g, ctx)
+    if not found:
+        found = _equal_elsewhere(row.name, port, g, ctx)
     if not found and port.shape == row.golden_shape:
-        found = _scaled(row.name, port, g, ctx)
+        pad = variants.right_padding(row.name, port, g, ctx)
+        found = [pad] if pad else _scaled(row.name, port, g, ctx)
     return found
+
+
+def _port_array(p: Source, name: str, limit: int) -> Optional[np.ndarray]:
+    """The port's tensor, read whole, if it holds at most ``limit`` elements; else None."""
+    if p.header(name).size > limit:
+        return None
+    return np.ascontiguousarray(p.read(name))
+
+
+def _batch_dropped(row: TensorDiff) -> bool:
+    """The port's shape is the golden's without its leading batch axis of 1."""
+    return bool(row.port_shape is not None and row.golden_shape[:1] == (1,)
+                and tuple(row.port_shape) == tuple(row.golden_shape[1:]))  # fmt: skip
+
+
+def _batch_text(row: TensorDiff, n: int) -> str:
+    more = f" (so do {n - 1} more tensors)" if n > 1 else ""
+    return (
+        f"port {row.name} is {_text(row.port_shape)}, golden {_text(row.golden_shape)}: the "
+        f"batch axis is dropped{more}; keep it even when B = 1 (reshape to "
+        f"{_text(row.golden_shape)})"
+    )
+
+
+def _shape(row: TensorDiff, g: Source, p: Source, ctx: Any) -> list[str]:
+    """Hints for a tensor whose shape differs: a dropped batch axis, a past saved after the step,
+    or the golden tensor transposed (read only when no larger than the golden)."""
+    if _batch_dropped(row):
+        return [_batch_text(row, 1)]
+    port_shape = tuple(row.port_shape or ())
+    if row.name == "past":
+        limit = g.header("past").size // max(row.golden_shape[4], 1) * (port_shape[4:5] or (0,))[0]
+        after = variants.past_after_step(
+            port_shape, lambda: np.asarray(p.read("past"), np.float64), g, ctx
+        ) if p.header("past").size <= max(limit, 0) else None  # fmt: skip
+        if after:
+            return [after]
+    port = _port_array(p, row.name, g.header(row.name).size)
+    return [] if port is None else _equal_elsewhere(row.name, port, g, ctx)
 
 
 def _equal_elsewhere(name: str, port: np.ndarray, g: Source, ctx: Any) -> list[str]:
@@ -86,18 +157,21 @@ def _matches(g: Source, name: str, port: np.ndarray, perm: tuple[int, ...], ctx:
             j = np.unravel_index(where, gh.shape)
             theirs = flat[np.ravel_multi_index(tuple(j[k] for k in perm), port.shape)]
         mask = visible(name, axes, gh.shape, ctx.T_past, ctx.pad, at, at + chunk.size)
-        if not _close(chunk, theirs, mask, ctx.rtol, ctx.atol):
+        atol = ctx.atol * row_scale(chunk, gh.shape[-1]) if is_probs(name, axes) else ctx.atol
+        if not _close(chunk, theirs, mask, ctx.rtol, atol):
             return False
         at += chunk.size
     return at == port.size
 
 
 def _close(
-    g: np.ndarray, p: np.ndarray, mask: Optional[np.ndarray], rtol: float, atol: float
+    g: np.ndarray, p: np.ndarray, mask: Optional[np.ndarray], rtol: float, atol: Any
 ) -> bool:
+    """|p - g| <= atol + rtol·|g| everywhere in ``mask`` (atol: a number, or one per element)."""
     g64, p64 = g.astype(np.float64), p.astype(np.float64)
     if mask is not None:
         g64, p64 = g64[mask], p64[mask]
+        atol = atol[mask] if isinstance(atol, np.ndarray) else atol
     with np.errstate(invalid="ignore", over="ignore"):
         ok = (np.abs(p64 - g64) <= atol + rtol * np.abs(g64)) | (g64 == p64)
         ok |= np.isnan(g64) & np.isnan(p64)
@@ -147,14 +221,26 @@ def _scaled(name: str, port: np.ndarray, g: Source, ctx: Any) -> list[str]:
                       ctx.rtol, ctx.atol):  # fmt: skip
             return []
         at += chunk.size
-    text = f"port {name} equals golden {name} × {c:.6g}"
-    if ctx.hparams and ctx.hparams.get("n_head"):
-        d_head = ctx.hparams["n_embd"] // ctx.hparams["n_head"]
-        if math.isclose(c, math.sqrt(d_head), rel_tol=1e-3):
-            text += f" = √Dh (Dh = {d_head}): the 1/√Dh scale is missing?"
-        elif math.isclose(c, 1 / math.sqrt(d_head), rel_tol=1e-3):
-            text += f" = 1/√Dh (Dh = {d_head}): the scale applied twice?"
-    return [text]
+    return [f"port {name} equals golden {name} × {c:.6g}" + _scale_cause(name, c, ctx)]
+
+
+def _scale_cause(name: str, c: float, ctx: Any) -> str:
+    """What a scale of √Dh or 1/√Dh on this tensor means."""
+    if not (ctx.hparams and ctx.hparams.get("n_head") and ctx.hparams.get("n_embd")):
+        return ""
+    d_head = ctx.hparams["n_embd"] // ctx.hparams["n_head"]
+    base = re.sub(r"^h\d+\.", "", name)
+    if math.isclose(c, math.sqrt(d_head), rel_tol=1e-3):
+        return f" = √Dh (Dh = {d_head}): the 1/√Dh scale is missing?"
+    if not math.isclose(c, 1 / math.sqrt(d_head), rel_tol=1e-3):
+        return ""
+    if base in ("attn.k", "attn.q"):
+        what = "keys" if base == "attn.k" else "queries"
+        return (
+            f" = 1/√Dh (Dh = {d_head}): {what} stored already scaled by 1/√Dh? GPT-2's q, k "
+            "and cache are unscaled; the scale belongs to the scores"
+        )
+    return f" = 1/√Dh (Dh = {d_head}): the scale applied twice?"
 
 
 def _sixteen_bits(row: TensorDiff, g: Source, p: Source, ctx: Any) -> list[str]:
@@ -182,3 +268,7 @@ def _sixteen_bits(row: TensorDiff, g: Source, p: Source, ctx: Any) -> list[str]:
                 f"match within the {kind} preset; write floats (e.g. float32) instead"
             ]
     return [f"port {row.name} is {ph.dtype}: if these are bfloat16 or float16 bits, write floats"]
+
+
+def _text(shape: Optional[tuple[int, ...]]) -> str:
+    return str(list(shape or ())).replace(" ", "")

@@ -64,9 +64,11 @@ def visible(
     pad: Optional[np.ndarray],
     start: int,
     stop: int,
+    causal: bool = True,
 ) -> Optional[np.ndarray]:
     """bool [stop - start]: which of the flat elements start … stop-1 (whole rows of the last
-    axis) are compared, or None for all of them."""
+    axis) are compared, or None for all of them. ``causal=False`` leaves the scores' masked
+    keys in: what is left out is then the padding alone."""
     if axes is None or not shape:
         return None
     scores = is_scores(name) and "S" in axes and "T" in axes
@@ -93,5 +95,7 @@ def visible(
     if p is not None:
         mask &= p >= first
     if scores and s is not None and t is not None:  # (scores has both axes)
-        mask &= (s >= first) & (s <= T_past + t)
+        mask &= s >= first
+        if causal:
+            mask &= s <= T_past + t
     return mask.reshape(-1)[start - rows[0] * last : stop - rows[0] * last]

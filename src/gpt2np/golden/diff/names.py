@@ -1,0 +1,78 @@
+"""Which golden tensors a comparison needs from the port, and what a misnamed port file was meant
+to be.
+
+Every tensor the golden file holds is expected from the port, except its inputs (``ids``,
+``prefix_ids``, ``targets``: the port reads them, it need not write them back). A port that
+produces only some tensors says so: ``only`` (globs) limits the comparison to the golden
+tensors it names, ``allow_missing`` (globs, ``"*"`` for all) lets the named ones be absent.
+Without that, a missing tensor fails the comparison: a port that writes ``h0_ln_1.npy`` for
+``h0.ln_1`` must not pass because nothing was compared. An extra port file whose name is close
+to a missing golden name (the same letters and digits, or a near spelling) is suggested as it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from collections.abc import Iterable, Sequence
+from typing import Optional, Union
+
+__all__ = ["INPUTS", "globs", "selected", "suggest_names"]
+
+#: Golden tensors that are inputs: a port need not write them.
+INPUTS = ("ids", "prefix_ids", "targets")
+Globs = Union[str, Iterable[str], None]
+
+
+def globs(x: Globs, what: str) -> list[str]:
+    """``x`` (one glob, several, or None) as a list; TypeError for anything but str."""
+    if x is None:
+        return []
+    items = [x] if isinstance(x, str) else list(x)
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError(f"{what} takes glob strings, got {item!r}")
+    return items
+
+
+def selected(names: Sequence[str], only: list[str]) -> list[str]:
+    """The golden names matching any glob of ``only`` (all of them when it is empty), in order;
+    ValueError for a glob that matches none."""
+    if not only:
+        return list(names)
+    for pattern in only:
+        if not any(fnmatch.fnmatchcase(n, pattern) for n in names):
+            shown = ", ".join(list(names)[:6])
+            raise ValueError(f"--only {pattern!r} matches no golden tensor (they are {shown}, …)")
+    return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in only)]
+
+
+def matches(name: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
+
+
+def _key(name: str) -> str:
+    """Letters and digits only, lower case, with HF's and PyTorch's block names read as gpt2np's:
+    ``h0_ln_1``, ``h.0.ln_1``, ``blocks.0.ln_1``, ``H0.LN_1`` all give ``h0ln1``."""
+    name = re.sub(r"^(?:transformer\.)?(?:h|blocks?|layers?)[._]?(\d+)", r"h\1", name.lower())
+    return re.sub(r"[^a-z0-9]", "", name)
+
+
+def suggest_names(extra: Sequence[str], missing: Sequence[str]) -> dict[str, str]:
+    """extra port name -> the missing golden name it most likely is (only when clear)."""
+    by_key: dict[str, Optional[str]] = {}
+    for name in missing:
+        k = _key(name)
+        by_key[k] = None if k in by_key else name  # two golden names, one key: not clear
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for name in extra:
+        found = by_key.get(_key(name))
+        if found is None:
+            close = difflib.get_close_matches(name, missing, n=2, cutoff=0.85)
+            found = close[0] if len(close) == 1 else None
+        if found is not None and found not in taken:
+            out[name] = found
+            taken.add(found)
+    return out

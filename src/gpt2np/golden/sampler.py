@@ -1,0 +1,272 @@
+"""Sampler goldens: logits, a setting and a stream of uniform draws in; at each step the logits
+after every stage of the sampler and the chosen id out, so that a port's sampler can be checked
+without matching anyone's random number generator.
+
+At step i the history is ``prompt_ids`` followed by the golden's ``chosen[:i]``, and the draw
+is ``u[i]`` in [0, 1). The stages, in order (each a row of V logits, −inf where removed)::
+
+    penalized   logits with the repetition penalty θ (CTRL's rule, as HF: for every distinct id
+                j of the history, prompt included, z_j / θ if z_j > 0 else z_j · θ), then
+                OpenAI's presence and frequency penalties (z_j − c_j·α_f − [c_j > 0]·α_p, c_j
+                the count of j among the generated ids only)
+    tempered    penalized / T                       (T = 0: greedy, the filters are skipped)
+    top_k       keep the logits ≥ the k-th largest (ties with it kept); k = 0 is off
+    top_p       sort descending, p = softmax; keep the entries whose mass before them
+                (an exclusive cumulative sum) is < top_p, then every logit ≥ the smallest kept:
+                the smallest set whose mass reaches top_p, the crossing token included
+    min_p       keep the ids whose probability is ≥ min_p × the largest probability
+    probs       softmax(min_p)                      (float64; removed ids exactly 0)
+    chosen      the first id, in id order, whose cumulative probability exceeds u · Σ probs
+
+These are gpt2np's rules (OpenAI's src/sample.py for top-k and top-p; HF's order and its min-p
+and penalties), computed here step by step on their own, in float64, so that the golden records
+each stage. :func:`dump_sampler` writes them as an aligned ``.npz`` with a manifest (the layout
+of docs/golden-files.md); the comparison is :mod:`gpt2np.golden.sampler_diff`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from .._version import __version__
+from .kinds import SAMPLER_FORMAT
+from .npy import ALIGN
+from .writer import write_tensors
+
+__all__ = [
+    "STAGES",
+    "Setting",
+    "choose",
+    "distribution",
+    "dump_sampler",
+    "min_p",
+    "penalize",
+    "reference_step",
+    "synthetic_logits",
+    "top_k",
+    "top_p",
+]
+
+#: The stages recorded per step, in the order the sampler applies them.
+STAGES = ("penalized", "tempered", "top_k", "top_p", "min_p")
+#: Synthetic logits keep every filter's boundary at least this far (relative) from a tie that
+#: float32 rounding could break the other way.
+MARGIN = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """The sampler's settings (the defaults switch everything off but temperature 1)."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "min_p", "repetition_penalty",
+                     "presence_penalty", "frequency_penalty"):  # fmt: skip
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"{name} must be a number, got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"{name} must be finite, got {value}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an int >= 0, got {self.top_k!r}")
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or not 0 <= self.min_p <= 1:
+            raise ValueError("temperature must be >= 0, top_p in (0, 1], min_p in [0, 1]")
+        if self.repetition_penalty <= 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+
+
+def distribution(z: np.ndarray) -> np.ndarray:
+    """softmax of one row of logits [V] in float64 (−inf entries get 0)."""
+    top = np.max(z)
+    e = np.exp(z - top) if np.isfinite(top) else np.zeros_like(z)
+    out: np.ndarray = e / e.sum()
+    return out
+
+
+def penalize(z: np.ndarray, history: np.ndarray, n_prompt: int, s: Setting) -> np.ndarray:
+    """The penalties of the module docstring on one row z [V] (a copy)."""
+    z = z.copy()
+    if s.repetition_penalty != 1.0 and len(history):
+        seen = np.unique(history)
+        z[seen] = np.where(z[seen] > 0, z[seen] / s.repetition_penalty,
+                           z[seen] * s.repetition_penalty)  # fmt: skip
+    generated = history[n_prompt:]
+    if (s.presence_penalty or s.frequency_penalty) and len(generated):
+        ids, counts = np.unique(generated, return_counts=True)
+        z[ids] -= counts * s.frequency_penalty + s.presence_penalty
+    return z
+
+
+def top_k(z: np.ndarray, k: int) -> np.ndarray:
+    if k == 0 or k >= z.size:
+        return z
+    kth = np.sort(z)[::-1][k - 1]
+    return np.where(z < kth, -np.inf, z)
+
+
+def top_p(z: np.ndarray, p: float) -> np.ndarray:
+    if p >= 1.0:
+        return z
+    order = np.sort(z)[::-1]
+    probs = distribution(order)
+    before = np.cumsum(probs) - probs
+    smallest = order[before < p].min()
+    return np.where(z < smallest, -np.inf, z)
+
+
+def min_p(z: np.ndarray, m: float) -> np.ndarray:
+    if m <= 0:
+        return z
+    probs = distribution(z)
+    return np.where(probs < m * probs.max(), -np.inf, z)
+
+
+def reference_step(
+    logits: np.ndarray, history: np.ndarray, n_prompt: int, s: Setting
+) -> dict[str, np.ndarray]:
+    """One step's stages (float64 [V] each, the module docstring's) and ``probs``."""
+    z = np.asarray(logits, np.float64)
+    stages = {"penalized": penalize(z, np.asarray(history, np.int64), n_prompt, s)}
+    if s.temperature == 0:  # greedy: the argmax of the penalized logits, nothing is drawn
+        for name in STAGES[1:]:
+            stages[name] = stages["penalized"]
+        probs = np.zeros_like(z)
+        probs[int(np.argmax(stages["penalized"]))] = 1.0
+        return {**stages, "probs": probs}
+    stages["tempered"] = stages["penalized"] / s.temperature
+    stages["top_k"] = top_k(stages["tempered"], s.top_k)
+    stages["top_p"] = top_p(stages["top_k"], s.top_p)
+    stages["min_p"] = min_p(stages["top_p"], s.min_p)
+    return {**stages, "probs": distribution(stages["min_p"])}
+
+
+def choose(probs: np.ndarray, u: float) -> int:
+    """The first id, in id order, whose cumulative probability exceeds u · Σ probs (the last id
+    with a probability when rounding puts u · Σ at the very top)."""
+    cdf = np.cumsum(probs)
+    i = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+    return i if i < len(probs) else int(np.flatnonzero(probs)[-1])
+
+
+def synthetic_logits(
+    n_steps: int, n_vocab: int, s: Setting, seed: int = 0, prompt: Any = ()
+) -> np.ndarray:
+    """float32-exact logits [n_steps, V] shaped like a language model's (a few likely ids, a
+    long tail; the first ids of ``prompt`` among the likely, so that the repetition penalty
+    matters), with a tie at the k-th largest penalized logit in step 0, and every filter's
+    boundary at least :data:`MARGIN` from a rounding tie (a row that has one is drawn again)."""
+    rng = np.random.default_rng(seed)
+    prompt = np.asarray(prompt, np.int64).reshape(-1)
+    rows: list[np.ndarray] = []
+    while len(rows) < n_steps:
+        z = rng.standard_normal(n_vocab) * 1.5
+        z[rng.choice(n_vocab, 12, replace=False)] += rng.uniform(3, 8, 12)
+        z[prompt[:4]] += 6.0
+        z = z.astype(np.float32).astype(np.float64)
+        if not rows and 1 < s.top_k < n_vocab - 1:
+            _tie(z, prompt, s)
+        if _clear_margins(penalize(z, prompt, len(prompt), s), s):
+            rows.append(z)
+    return np.stack(rows)
+
+
+def _tie(z: np.ndarray, prompt: np.ndarray, s: Setting) -> None:
+    """Make the k-th and (k+1)-th largest penalized logits equal (both are kept by top-k), using
+    two ids outside the prompt, so that the penalties leave the tie alone."""
+    order = np.argsort(-penalize(z, prompt, len(prompt), s), kind="stable")
+    free = [int(i) for i in order[s.top_k - 3 : s.top_k + 3] if int(i) not in set(prompt.tolist())]
+    ranked = [int(i) for i in order]
+    for a, b in zip(free, free[1:]):
+        if ranked.index(a) == s.top_k - 1 and ranked.index(b) == s.top_k:
+            z[b] = z[a]
+
+
+def _clear_margins(z: np.ndarray, s: Setting) -> bool:
+    """No filter of ``s`` decides an id by less than MARGIN on this row (the tie made on
+    purpose at the k-th largest is an exact tie, which every correct port keeps)."""
+    t = z / (s.temperature or 1.0)
+    k = top_k(t, s.top_k)
+    order = np.sort(k[np.isfinite(k)])[::-1]
+    probs = distribution(order)
+    before = np.cumsum(probs) - probs
+    if s.top_p < 1 and np.min(np.abs(before - s.top_p)) < MARGIN:
+        return False
+    if s.min_p > 0:
+        kept = distribution(top_p(k, s.top_p))
+        ratio = kept[kept > 0] / kept.max()
+        if np.min(np.abs(ratio - s.min_p)) < MARGIN * s.min_p:
+            return False
+    return True
+
+
+def dump_sampler(
+    path: Union[str, pathlib.Path],
+    setting: Optional[Setting] = None,
+    logits: Any = None,
+    *,
+    steps: int = 8,
+    n_vocab: int = 50257,
+    prompt_ids: Any = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Write a sampler golden file and return its manifest. logits: [steps, V] (default:
+    :func:`synthetic_logits`); prompt_ids: the history before step 0 (default: 16 ids drawn
+    with ``seed``, some among step 0's likely ones); the draws ``u`` come from ``seed``."""
+    s = setting if setting is not None else Setting()
+    rng = np.random.default_rng(seed + 1)
+    if logits is not None:
+        logits = np.asarray(logits, np.float64)
+        if logits.ndim != 2 or not logits.size or not np.isfinite(logits).all():
+            raise ValueError(f"logits must be finite [steps, V], got shape {logits.shape}")
+        steps, n_vocab = logits.shape
+    if prompt_ids is None:
+        prompt_ids = rng.choice(n_vocab, min(16, n_vocab), replace=False)
+    prompt = np.asarray(prompt_ids, np.int64).reshape(-1)
+    if logits is None:
+        logits = synthetic_logits(steps, n_vocab, s, seed, prompt)
+    if prompt.size and not (0 <= prompt.min() and prompt.max() < n_vocab):
+        raise ValueError(f"prompt_ids must be in [0, {n_vocab})")
+    tensors = _run(logits, prompt, rng.random(steps), s)
+    manifest = {
+        "format": SAMPLER_FORMAT,
+        "format_version": 1,
+        "gpt2np_version": __version__,
+        "setting": dataclasses.asdict(s),
+        "stages": list(STAGES),
+        "steps": steps,
+        "n_vocab": n_vocab,
+        "prompt_ids": prompt.tolist(),
+        "alignment": ALIGN,
+        "tensors": [],
+    }
+    write_tensors(pathlib.Path(path), manifest, tensors)
+    return manifest
+
+
+def _run(logits: np.ndarray, prompt: np.ndarray, u: np.ndarray, s: Setting) -> dict[str, Any]:
+    """Every step's stages, probs and choice, the history growing by the golden's choices."""
+    out: dict[str, list[Any]] = {name: [] for name in (*STAGES, "probs", "chosen")}
+    history = list(prompt)
+    for i, row in enumerate(logits):
+        step = reference_step(row, np.array(history, np.int64), len(prompt), s)
+        for name, value in step.items():
+            out[name].append(value)
+        chosen = choose(step["probs"], float(u[i]))
+        out["chosen"].append(chosen)
+        history.append(chosen)
+    tensors: dict[str, Any] = {"logits": logits, "prompt_ids": prompt, "u": u}
+    tensors.update({name: np.stack(out[name]) for name in (*STAGES, "probs")})
+    tensors["chosen"] = np.array(out["chosen"], np.int64)
+    return tensors

@@ -1,0 +1,260 @@
+"""Sampler goldens (gpt2np.golden.sampler, sampler_diff): the recorded stages, checked against
+gpt2np's own sampler and (oracle tier) HF's logits warpers, and a port's sampler with an
+injected bug located by the comparison.
+
+The port here is a sampler written the way a port author writes one (sort, softmax, cumulative
+sum, in float32), independently of gpt2np's code, fed the golden's logits, history and draws.
+Its bugs: top-p with an inclusive cumulative sum, and the temperature applied after top-k (and
+top-p); applied after top-k alone it would change nothing, top-k keeping the order of logits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+import gpt2np
+from gpt2np.generation.sampling import probabilities, sample
+from gpt2np.golden.reader import GoldenFile
+from gpt2np.golden.sampler import STAGES, Setting, choose, dump_sampler, reference_step
+from gpt2np.golden.sampler_diff import compare_sampler
+
+SETTING = Setting(temperature=0.7, top_k=40, top_p=0.9, repetition_penalty=1.3,
+                  presence_penalty=0.5, frequency_penalty=0.2)  # fmt: skip
+FULL = dataclasses.replace(SETTING, min_p=0.05)  # min-p also removes the ids top-p's bugs keep
+
+
+class ToySampler:
+    """A port's sampler: penalties, then (by default) temperature, top-k, top-p, min-p, in
+    float32; inverse-CDF over ids in id order with the golden's u."""
+
+    def __init__(self, s: Setting, bugs: frozenset[str] = frozenset(), order: str = "tkpm"):
+        self.s, self.bugs, self.order = s, bugs, order
+
+    def penalize(self, z, history, n_prompt):
+        s = self.s
+        for j in set(history.tolist()):
+            z[j] = z[j] / s.repetition_penalty if z[j] > 0 else z[j] * s.repetition_penalty
+        for j in set(history[n_prompt:].tolist()):
+            z[j] -= s.presence_penalty + s.frequency_penalty * int((history[n_prompt:] == j).sum())
+        return z
+
+    def softmax(self, z):
+        e = np.exp(z - z[np.isfinite(z)].max())
+        return e / e.sum()
+
+    def step(self, logits, history, n_prompt):
+        s = self.s
+        z = self.penalize(logits.astype(np.float32).copy(), history, n_prompt)
+        stages = {"penalized": z.copy()}
+        order = self.order.replace("t", "") + "t" if "temperature_after" in self.bugs else (
+            self.order)  # fmt: skip
+        for op in order:
+            if op == "t":
+                z = z / np.float32(s.temperature)
+                stages["tempered"] = z.copy()
+            elif op == "k":
+                kth = np.sort(z)[::-1][s.top_k - 1]
+                z = np.where(z < kth, -np.inf, z).astype(np.float32)
+                stages["top_k"] = z.copy()
+            elif op == "p":
+                z = self.top_p(z)
+                stages["top_p"] = z.copy()
+            else:
+                p = self.softmax(z)
+                z = np.where(p < s.min_p * p.max(), -np.inf, z).astype(np.float32)
+                stages["min_p"] = z.copy()
+        return stages, self.softmax(z)
+
+    def top_p(self, z):
+        order = np.argsort(-z, kind="stable")
+        p = self.softmax(z[order])
+        cumulative = np.cumsum(p)
+        if "top_p_inclusive" in self.bugs:
+            keep = cumulative < self.s.top_p
+            keep[0] = True  # (at least the most likely id, as HF's min_tokens_to_keep)
+        else:
+            keep = cumulative - p < self.s.top_p
+        out = np.full_like(z, -np.inf)
+        out[order[keep]] = z[order[keep]]
+        return out
+
+    def run(self, golden: pathlib.Path, stages: bool = True) -> dict[str, np.ndarray]:
+        with np.load(golden) as f:
+            logits, prompt, u, golden_chosen = f["logits"], f["prompt_ids"], f["u"], f["chosen"]
+        out: dict[str, list] = {name: [] for name in (*STAGES, "probs", "chosen")}
+        for i, row in enumerate(logits):
+            history = np.concatenate([prompt, golden_chosen[:i]])
+            staged, probs = self.step(row, history, len(prompt))
+            for name, value in staged.items():
+                out[name].append(value)
+            out["probs"].append(probs)
+            cdf = np.cumsum(probs)
+            out["chosen"].append(int(np.searchsorted(cdf, u[i] * cdf[-1], side="right")))
+        names = (*STAGES, "probs", "chosen") if stages else ("probs", "chosen")
+        return {name: np.array(out[name]) for name in names}
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory) -> pathlib.Path:
+    path = tmp_path_factory.mktemp("sampler") / "sampler.npz"
+    dump_sampler(path, SETTING, steps=6)
+    return path
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory) -> pathlib.Path:
+    path = tmp_path_factory.mktemp("sampler") / "full.npz"
+    dump_sampler(path, FULL, steps=6)
+    return path
+
+
+def test_the_golden_file_holds_every_stage(full) -> None:
+    with GoldenFile(full) as g:
+        assert g.names == ["logits", "prompt_ids", "u", *STAGES, "probs", "chosen"]
+        assert g.manifest["setting"]["top_k"] == 40 and g.manifest["steps"] == 6
+        kept = {name: np.isfinite(g[name]).sum(1) for name in STAGES}
+        probs, chosen = g["probs"], g["chosen"]
+    assert kept["top_k"][0] == 41  # the tie at the 40th largest logit: both are kept
+    assert (kept["top_p"] <= kept["top_k"]).all() and (kept["min_p"] <= kept["top_p"]).all()
+    assert (kept["min_p"] < kept["top_p"]).any()  # every filter removes something somewhere
+    np.testing.assert_allclose(probs.sum(1), 1.0, rtol=1e-12)
+    assert all(probs[i, c] > 0 for i, c in enumerate(chosen))
+
+
+def test_the_stages_are_gpt2nps_sampler(golden) -> None:
+    """Without penalties and min-p, the recorded distribution is gpt2np.generation.sampling's
+    (an implementation of its own), and the choice is sample()'s with the same u."""
+
+    class Draw:  # a generator whose one draw is u
+        def __init__(self, u: float) -> None:
+            self.u = u
+
+        def random(self) -> float:
+            return self.u
+
+    s = Setting(temperature=0.7, top_k=40, top_p=0.9)
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        logits = rng.standard_normal(500) * 3
+        step = reference_step(logits, np.zeros(0, np.int64), 0, s)
+        np.testing.assert_allclose(step["probs"], probabilities(logits, 0.7, 40, 0.9), atol=1e-12)
+        u = float(rng.random())
+        assert choose(step["probs"], u) == sample(logits[None], [Draw(u)], 0.7, 40, 0.9)[0]
+
+
+@pytest.mark.parametrize("which", ["golden", "full"])
+def test_a_clean_port_agrees(request, which) -> None:
+    path, s = request.getfixturevalue(which), FULL if which == "full" else SETTING
+    report = compare_sampler(path, ToySampler(s).run(path))
+    assert report.ok, str(report)
+    assert compare_sampler(path, ToySampler(s).run(path, stages=False)).ok
+    # temperature after top-k alone is no bug: top-k keeps the logits' order
+    assert compare_sampler(path, ToySampler(s, order="ktpm").run(path)).ok
+
+
+@pytest.mark.parametrize("stages", [True, False], ids=["stages", "probs only"])
+def test_top_p_inclusive_instead_of_exclusive_is_located(golden, stages) -> None:
+    report = compare_sampler(golden, ToySampler(SETTING, {"top_p_inclusive"}).run(golden, stages))
+    assert not report.ok
+    step, stage, message = report.first
+    assert stage == "top_p", str(report)
+    assert step == next(s for s, *_ in report.findings)
+    assert "top-p with an inclusive cumulative sum" in report.hints[0]
+    assert f"the first is step {step}, at top_p" in str(report)
+    if not stages:
+        assert "the port removes" in message
+
+
+@pytest.mark.parametrize("stages", [True, False], ids=["stages", "probs only"])
+def test_temperature_after_top_k_is_located(golden, stages) -> None:
+    port = ToySampler(SETTING, {"temperature_after"}).run(golden, stages)
+    report = compare_sampler(golden, port)
+    assert not report.ok
+    step, stage, message = report.first
+    if stages:  # its tempered row already lacks what top-k removed
+        assert (step, stage) == (0, "tempered") and "a filter ran before it" in message
+    else:
+        assert stage in ("top_p", "min_p"), str(report)
+    assert "temperature applied after the filters" in report.hints[0]
+
+
+def test_a_port_drawing_in_sorted_order_is_told_how_the_golden_draws(golden) -> None:
+    port = ToySampler(SETTING).run(golden)
+    with np.load(golden) as f:
+        u = f["u"]
+    for i, probs in enumerate(port["probs"]):  # inverse CDF over ids sorted by probability
+        order = np.argsort(-probs, kind="stable")
+        port["chosen"][i] = order[np.searchsorted(np.cumsum(probs[order]), u[i])]
+    report = compare_sampler(golden, port)
+    _, stage, message = report.first
+    assert stage == "chosen" and "in id order" in message
+
+
+def test_the_cli_dumps_and_compares_sampler_goldens(tmp_path, capsys) -> None:
+    from gpt2np.cli import main
+
+    out = tmp_path / "s.npz"
+    assert main(["dump-sampler", "--out", str(out), "--steps", "4", "--vocab", "300",
+                 "--temperature", "0.7", "--top-k", "20", "--top-p", "0.9"]) == 0  # fmt: skip
+    assert "4 steps" in capsys.readouterr().out
+    s = Setting(temperature=0.7, top_k=20, top_p=0.9)
+    port = tmp_path / "port"
+    port.mkdir()
+    for name, a in ToySampler(s, {"top_p_inclusive"}).run(out).items():
+        np.save(port / f"{name}.npy", a)
+    assert main(["compare", str(out), str(port)]) == 1
+    text = capsys.readouterr().out
+    assert "at top_p" in text and "hint: step" in text
+    assert main(["compare", str(out), str(port), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["findings"][0]["stage"] == "top_p"
+    for name, a in ToySampler(s).run(out).items():
+        np.save(port / f"{name}.npy", a)
+    assert main(["compare", str(out), str(port), "--precision", "float32"]) == 0
+    logits = tmp_path / "logits.npy"
+    np.save(logits, np.random.default_rng(0).standard_normal((3, 50)))
+    assert main(["dump-sampler", "--out", str(out), "--logits", str(logits)]) == 0
+    with GoldenFile(out) as g:
+        assert g.header("probs").shape == (3, 50)
+
+
+def test_bad_sampler_inputs(golden, tmp_path) -> None:
+    with pytest.raises(ValueError, match="top_p"):
+        Setting(top_p=0)
+    with pytest.raises(ValueError, match="lacks chosen"):
+        compare_sampler(golden, {"probs": np.zeros((6, 50257))})
+    with pytest.raises(ValueError, match="port probs is"):
+        compare_sampler(golden, {"probs": np.zeros((6, 5)), "chosen": np.zeros(6)})
+    with pytest.raises(gpt2np.CheckpointError, match="not a sampler golden"):
+        compare_sampler({"probs": np.zeros(2)}, golden)
+
+
+@pytest.mark.oracle
+def test_the_stages_are_hf_logits_processors(golden) -> None:
+    """HF's RepetitionPenalty, Temperature, TopK, TopP and MinP processors, in that order, give
+    the recorded distribution (presence and frequency penalties are OpenAI's, not HF's: off)."""
+    torch = pytest.importorskip("torch")
+    tf = pytest.importorskip("transformers.generation.logits_process")
+    s = Setting(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, repetition_penalty=1.3)
+    rng = np.random.default_rng(5)
+    history = rng.integers(0, 1000, 12)
+    processors = [
+        tf.RepetitionPenaltyLogitsProcessor(1.3),
+        tf.TemperatureLogitsWarper(0.7),
+        tf.TopKLogitsWarper(40),
+        tf.TopPLogitsWarper(0.9),
+        tf.MinPLogitsWarper(0.05),
+    ]
+    for _ in range(5):
+        logits = rng.standard_normal(1000) * 3
+        scores = torch.tensor(logits[None], dtype=torch.float64)
+        ids = torch.tensor(history[None])
+        for proc in processors:
+            scores = proc(ids, scores)
+        hf = torch.softmax(scores, -1)[0].numpy()
+        ours = reference_step(logits, history, len(history), s)["probs"]
+        np.testing.assert_allclose(ours, hf, atol=1e-12)
