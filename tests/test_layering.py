@@ -267,3 +267,15 @@ def test_no_exported_name_hides_a_module_of_its_name() -> None:
             if prefix + name in MODULES:
                 kind = type(getattr(module, name)).__name__
                 assert kind == "module", f"{dotted}.{name} is both a module and an exported {kind}"
+
+
+def test_no_function_is_over_70_lines() -> None:
+    """A function a reader cannot see whole on a screen or two is split (docstring included)."""
+    long = []
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = (node.end_lineno or node.lineno) - node.lineno + 1
+                if n > 70:
+                    long.append(f"gpt2np.{module}.{node.name}: {n} lines")
+    assert not long, "\n".join(long)

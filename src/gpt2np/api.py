@@ -61,13 +61,11 @@ def load(
     fetched with :func:`gpt2np.download` (``models_dir`` goes there; nothing is transferred once
     the files are complete), and ``org/name`` (or anything after ``hf:``) is fetched from the
     hub at ``revision`` (branch, tag or commit; default "main") with
-    :func:`gpt2np.sources.hub.snapshot`: pinned to a commit, verified, read from
-    huggingface_hub's cache when it holds the files, offline when ``HF_HUB_OFFLINE=1``;
-    ``token`` (default ``$HF_TOKEN``) for gated and private repositories. The files are read by
-    :func:`gpt2np.checkpoint.load_dir`, which checks every tensor's CRC32C and caches the
-    conversion in ``cache_dir`` (default ``$GPT2NP_HOME/cache``; ``use_cache=False`` skips it,
-    and verifies on every load); ``verify=True`` checks the CRC-32Cs on every load too.
-    ``dtype`` casts the weights (default: float32 as stored); ``fast`` as for :class:`GPT2`.
+    :func:`gpt2np.sources.hub.snapshot` (``token``: default ``$HF_TOKEN``). The files are read
+    by :func:`gpt2np.checkpoint.load_dir`, which checks every tensor's CRC32C and caches the
+    conversion in ``cache_dir`` (default ``$GPT2NP_HOME/cache``; ``use_cache=False`` skips it);
+    ``verify=True`` checks the checkpoint again on every load. ``dtype`` casts the weights
+    (default: float32 as stored); ``fast`` as for :class:`GPT2`. docs/loading.md has the rest.
 
     progress: bars for the download and the first load's verification; None (default) shows
         them on a terminal or in a notebook, True/False force them (:mod:`gpt2np.support.progress`).
@@ -80,9 +78,8 @@ def load(
         ``mmap=False``, which reads the weights into memory, writable (to ablate a head, say);
         ``model.copy()`` does the same for a model already loaded.
 
-    Raises ValueError for a string that is neither an existing path nor a known name,
-    :class:`~gpt2np.CheckpointError` for a missing path or bad files, and
-    :class:`~gpt2np.DownloadError` when fetching fails.
+    Raises ValueError for a name that is no path, known name or repo id, CheckpointError for a
+    missing path or bad files, and DownloadError when fetching fails.
     """
     text = _check_load_args(name_or_path, revision, mmap)
     progress = show_progress(progress)  # resolved once: the download and the reader agree

@@ -26,7 +26,6 @@ float64 (its exp in float32). With ``fast=False`` each window is one call of the
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union, overload
 
@@ -36,6 +35,7 @@ import numpy.typing as npt
 from ..fast.kvcache import KVCache
 from ..fast.threads import share_rows
 from ..model import forward, head_weight
+from ..support.checks import check_int
 from ..support.progress import show_progress, tqdm
 
 if TYPE_CHECKING:
@@ -132,11 +132,11 @@ def score(
     """
     rows, is_batch = _rows(model, text_or_ids)
     max_len = model.hparams.n_ctx if max_len is None else max_len
-    _check_int("max_len", max_len, 2, model.hparams.n_ctx)
+    check_int("max_len", max_len, 2, model.hparams.n_ctx)
     stride = max(1, max_len // 2) if stride is None else stride
-    _check_int("stride", stride, 1, max_len - 1)
+    check_int("stride", stride, 1, max_len - 1)
     if batch_size is not None:
-        _check_int("batch_size", batch_size, 1, 1 << 30)
+        check_int("batch_size", batch_size, 1, 1 << 30)
     jobs = [(r, *w) for r, ids in enumerate(rows) for w in windows(len(ids), max_len, stride)]
     logprobs = [np.empty(len(ids) - 1, dtype=np.float64) for ids in rows]
     context = [np.empty(len(ids) - 1, dtype=np.int64) for ids in rows]
@@ -328,13 +328,6 @@ def _log_softmax_at(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
 
     share_rows(rows, len(targets), logits.size)
     return out
-
-
-def _check_int(name: str, value: object, lo: int, hi: int) -> None:
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if not lo <= int(value) <= hi:
-        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
 
 
 def _logsumexp(x: np.ndarray) -> np.ndarray:

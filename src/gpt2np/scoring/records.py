@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, Union, ca
 
 import numpy as np
 
-from .logprobs import BATCH_TOKENS, _check_int, score
+from ..support.checks import check_int
+from .logprobs import BATCH_TOKENS, score
 
 if TYPE_CHECKING:
     from ..gpt2 import GPT2
@@ -91,15 +92,15 @@ class Settings:
             raise TypeError(f"id_field must be a str or None, got {self.id_field!r}")
         for name in ("stride", "max_len", "batch_size"):
             if getattr(self, name) is not None:
-                _check_int(name, getattr(self, name), 1, 1 << 30)
+                check_int(name, getattr(self, name), 1, 1 << 30)
 
     def resolved(self, n_ctx: int) -> Settings:
         """These settings with the window a model of context ``n_ctx`` gives by default, and
         stride and max_len checked against it (ValueError)."""
         max_len = n_ctx if self.max_len is None else self.max_len
-        _check_int("max_len", max_len, 2, n_ctx)
+        check_int("max_len", max_len, 2, n_ctx)
         stride = max(1, max_len // 2) if self.stride is None else self.stride
-        _check_int("stride", stride, 1, max_len - 1)
+        check_int("stride", stride, 1, max_len - 1)
         return dataclasses.replace(self, max_len=max_len, stride=stride)
 
     def identity(self) -> dict[str, Any]:
