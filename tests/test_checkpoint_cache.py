@@ -123,8 +123,8 @@ def test_openai_layout_is_mapped_in_place_from_the_checkpoint_itself(tmp_path):
 
 
 def test_editing_the_cache_cannot_touch_the_checkpoint(tmp_path):
-    """Issue 14, item 2: the old entry was a hard link, so truncating the cache's file
-    truncated the user's checkpoint. Now the cache holds no name for any of the user's files."""
+    """Truncating the cache's files leaves the user's checkpoint whole: the cache holds no name
+    (no hard link) for any of the user's files."""
     d = copy(tmp_path)
     cache = tmp_path / "c"
     load(d, cache_dir=cache)
@@ -183,8 +183,8 @@ def test_gpt2np_home_with_a_tilde_is_expanded(tmp_path, monkeypatch):
 
 
 def test_a_byte_changed_with_its_mtime_restored_is_found(tmp_path, settled):
-    """Issue 14, item 1: `touch -r` after an edit kept the old key, and wte[10, 0] came out as
-    1.88e38. ctime, which no call can set back, is part of the stamp."""
+    """A byte of the data file changed and its mtime restored with `touch -r` is noticed: the
+    stamp includes ctime, which no call can set back, so the entry is verified again."""
     d = copy(tmp_path)
     cache = tmp_path / "c"
     load(d, cache_dir=cache)
@@ -316,7 +316,7 @@ DAMAGE = {
 @pytest.mark.parametrize("forged", [False, True], ids=["edited", "forged checksum"])
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_a_damaged_entry_is_discarded_and_rebuilt_never_served(tmp_path, damage, forged):
-    """Issue 14, item 1: hand-edited offsets were served. An edit breaks the entry's checksum;
+    """A hand-edited entry is never served. An edit breaks the entry's checksum;
     with a forged checksum the structure checks catch what they can, and a swap of two
     tensors of one size (which only a forger makes) is served, as the README says, unless
     verify=True, which checks each tensor's CRC-32C."""

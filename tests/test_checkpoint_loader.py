@@ -469,7 +469,7 @@ def test_index_claiming_billions_of_shards_costs_nothing(tmp_path):
         load(d, cache_dir=tmp_path / "c")
 
 
-# --- consistency and confinement (issue 14) ---------------------------------------------------
+# --- consistency and confinement ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("use_cache", [True, False], ids=["cache", "no cache"])
@@ -554,7 +554,7 @@ def test_an_unknown_users_home_is_a_clear_error(tmp_path, monkeypatch):
         load(TF_SMALL)
 
 
-# --- save on a full disk (issue 14: save() left .config.json.PID.tmp and half a directory) -----
+# --- save on a full disk: nothing half-written is left -----------------------------------------
 
 
 def _gpt2_vocab_model():

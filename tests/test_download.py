@@ -217,8 +217,9 @@ def test_a_partial_file_without_a_validator_is_restarted(tmp_path, bucket, base_
 
 @pytest.mark.parametrize("server", ["etag", "last-modified", "no-validator", "ignores-if-range"])
 def test_a_partial_file_of_a_file_that_changed_is_not_spliced(tmp_path, bucket, base_url, server):
-    """Issue 14: a download interrupted, the file changed on the server, the download resumed.
-    Only the new file is installed, whatever the server tells (or does not tell) us."""
+    """A download interrupted, the file changed on the server, the download resumed: only the
+    new file is installed, never the old bytes spliced to the new, whatever the server tells (or
+    does not tell) us."""
     new = bucket.files[f"124M/{DATA}"]
     old = bytes(b ^ 0xFF for b in new)  # the version that was being fetched before
     bucket.etags = server in ("etag", "ignores-if-range")
@@ -310,8 +311,8 @@ def test_read_timeout_is_retried_and_resumed(tmp_path, bucket, base_url, monkeyp
 def test_a_trickling_server_is_cut_and_the_download_resumed(
     tmp_path, bucket, base_url, monkeypatch
 ) -> None:
-    """Issue 14: a server sending a byte every few seconds never timed out (each read got its
-    byte in time). The stall detector cuts it; the next attempt resumes."""
+    """A server sending a byte every few seconds (each read gets its byte in time) is cut by
+    the stall detector, and the next attempt resumes."""
     monkeypatch.setattr(fetch, "STALL_SECONDS", 0.3)
     monkeypatch.setattr(fetch, "STALL_BYTES", 1024)
     bucket.trickle[f"124M/{DATA}"] = (0.02, 1)
@@ -340,7 +341,7 @@ def test_a_server_that_only_trickles_fails_in_bounded_time(
 
 
 def test_a_silent_server_fails_in_bounded_time(tmp_path, bucket, base_url, monkeypatch) -> None:
-    """Issue 14: a server that accepts the connection and says nothing took ~5 minutes."""
+    """A server that accepts the connection and says nothing fails within the time bound."""
     monkeypatch.setattr(fetch, "READ_TIMEOUT", 0.3)
     monkeypatch.setattr(fetch, "ATTEMPTS", 2)
     bucket.silent["124M/hparams.json"] = 10.0
@@ -489,7 +490,8 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 
 def test_a_host_that_does_not_resolve_fails_at_once(tmp_path, monkeypatch, sleeps) -> None:
-    """Issue 17: offline, the DNS failure was retried silently for ~8 s."""
+    """Offline, a host name that does not resolve fails at the first attempt, not after silent
+    retries."""
     lookups = []
     real_getaddrinfo = socket.getaddrinfo
 
@@ -531,7 +533,7 @@ def test_a_malformed_base_url_is_a_download_error(tmp_path, base) -> None:
         gpt2np.download("124M", models_dir=tmp_path, base_url=base)
 
 
-# -- integrity: issue 14's five ways a bad file got installed ------------------------------------
+# -- integrity: five ways a bad file could be installed, each refused ----------------------------
 
 
 def test_an_html_page_instead_of_the_data_file_is_refused_at_once(tmp_path, bucket, base_url):
@@ -666,8 +668,8 @@ def test_a_checkpoint_state_that_is_cut_or_not_one_is_refused(tmp_path, bucket, 
 
 
 def test_a_wrong_file_under_the_final_name_is_replaced(tmp_path, bucket, base_url) -> None:
-    """Issue 14: files copied in by hand (no manifest) were trusted if they had the pins'
-    names; now each is verified offline, and only the wrong one is fetched."""
+    """Files copied in by hand (no manifest) are each verified offline, not trusted for their
+    names, and only the wrong one is fetched."""
     directory = tmp_path / "124M"
     directory.mkdir()
     for fname in dl.MODEL_FILES:
@@ -761,8 +763,8 @@ def test_full_disk_is_a_download_error_naming_url_and_file(tmp_path, bucket, bas
 def test_a_failed_download_leaves_no_directory_that_passes_for_a_model(
     tmp_path, bucket, base_url
 ) -> None:
-    """Issue 17: models/124M/ was left holding only the lock, and a notebook's is_dir() check
-    then called load() on it."""
+    """A failed download leaves no models/124M/ holding only the lock, which a notebook's
+    is_dir() check would take for a model."""
     del bucket.files[f"124M/{DATA}"]
     with pytest.raises(gpt2np.DownloadError):
         gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
@@ -901,8 +903,8 @@ def test_progress_true_shows_a_bar_per_file(tmp_path, bucket, base_url, capsys) 
 
 
 def test_progress_none_shows_bars_in_a_notebook(tmp_path, bucket, base_url, capsys, monkeypatch):
-    """Issue 17: under ipykernel stderr is not a TTY, and a first-use download printed
-    nothing. The bars are tqdm.auto's, which are widgets in Jupyter."""
+    """Under ipykernel stderr is not a TTY, yet a first-use download shows its bars there:
+    tqdm.auto's, which are widgets in Jupyter."""
     import tqdm.auto
 
     ipython = type(sys)("IPython")

@@ -40,7 +40,7 @@ def run_notebook(
     notebook: pathlib.Path, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
 ) -> dict[str, Any]:
     home = tmp_path / "home"
-    # what a failed download could leave: a directory that is not a model (issue 17)
+    # what a failed download could leave: a directory that is not a model
     (home / "models" / "124M").mkdir(parents=True)
     (home / "models" / "124M" / "hparams.json").write_text("{}")
     monkeypatch.setenv("GPT2NP_HOME", str(home))

@@ -20,7 +20,7 @@ BUDGET = float(os.environ.get("GPT2NP_FUZZ_SECONDS", "60"))
 FIRST_SEED = int(os.environ.get("GPT2NP_FUZZ_SEED", "0"))
 
 
-#: Failures owned by another part of issue 14, by target: (what the outcome starts with, what
+#: Failures known and owned by other work, by target: (what the outcome starts with, what
 #: the mutation contains, who fixes it). They make the test xfail, naming them, until fixed;
 #: any other failure fails it.
 KNOWN: dict[str, list[tuple[str, str, str]]] = {}  # none left: the vocabulary's are fixed

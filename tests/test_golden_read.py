@@ -1,8 +1,8 @@
 """Reading golden files and ports' files: damaged, hostile or odd input is a CheckpointError naming
 the file (and the tensor), never a raw exception, a hang or unbounded memory.
 
-The first six tests are the cases issue 14 lists for ``gpt2np compare``; each failed before the
-readers were rewritten (AttributeError, RecursionError, MemoryError, a ValueError naming no
+The first six tests are hostile inputs to ``gpt2np compare``; each failed before the readers were
+rewritten (AttributeError, RecursionError, MemoryError, a ValueError naming no
 file, a hang, 12.6 GB of memory). Hostile files are built here with the standard library's
 zipfile and by hand, never with the code under test.
 """
@@ -51,7 +51,7 @@ def manifest_npz(path: pathlib.Path, manifest: bytes, **tensors: np.ndarray) -> 
     np.savez(path, **{MANIFEST_KEY: np.frombuffer(manifest, np.uint8)}, **tensors)
 
 
-# ---- the cases of issue 14 ------------------------------------------------------------------
+# ---- hostile inputs to compare ---------------------------------------------------------------
 
 
 def test_a_member_that_is_not_an_npy(golden_path, tmp_path) -> None:

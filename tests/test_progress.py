@@ -1,4 +1,4 @@
-"""The one ``progress=`` convention beyond the download (issue 17): the first load's
+"""The one ``progress=`` convention beyond the download: the first load's
 verification, long non-streamed generation and scoring show tqdm.auto's bars (widgets in
 Jupyter) when someone watches, and the CLI's ``--quiet`` silences them.
 

@@ -199,7 +199,7 @@ def test_a_batch_gives_what_each_row_gives_alone(tiny_model):
 
 
 def test_a_list_of_texts():
-    """The failure of issue 17: score(["a", "b"]) said `ids must be integers, got dtype <U11`."""
+    """A list of texts is a batch of texts (it was once read as ids: `ids must be integers`)."""
     hparams = gpt2np.HParams(n_vocab=50257, n_ctx=64, n_embd=16, n_head=2, n_layer=1)
     model = GPT2(hparams, gpt2np.init_params(hparams, seed=2))
     texts = ["Hello world, this is a test.", "Another, rather longer, sentence to score here."]

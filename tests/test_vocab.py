@@ -1,7 +1,7 @@
 """gpt2np.tokenizer.vocab: the two vocabulary files are read with bounds and checked against each
 other.
 
-Each case here was first seen to fail (issue 14): a truncated vocab.bpe loaded with other ids,
+Each case here was first seen to fail: a truncated vocab.bpe loaded with other ids,
 nested brackets raised RecursionError, /dev/zero filled memory, a FIFO hung, and a missing
 half of the pair named only itself.
 """

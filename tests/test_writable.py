@@ -1,4 +1,4 @@
-"""Writable weights on request (issue 17): a loaded model's weights are read-only memory maps;
+"""Writable weights on request: a loaded model's weights are read-only memory maps;
 ``load(..., mmap=False)`` and ``model.copy()`` give writable ones. Plus the classic exercise
 they enable: ablating a head."""
 
