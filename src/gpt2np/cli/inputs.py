@@ -31,6 +31,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from ..support.bounded_read import file_kind
+
 __all__ = [
     "MAX_ARG_BYTES",
     "MAX_TEXT_BYTES",
@@ -159,13 +161,13 @@ def _open_regular(file: str, limit: int | None) -> int:
         except OSError:
             mode = stat.S_IFREG
         if not stat.S_ISREG(mode):
-            raise InputError(f"{file} is {_kind(mode)}, not a regular file") from None
+            raise InputError(f"{file} is {file_kind(mode)}, not a regular file") from None
         raise InputError(f"cannot read {file}: {e.strerror or e}") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
         hint = " (pipe it in and give - instead)" if stat.S_ISFIFO(st.st_mode) else ""
-        raise InputError(f"{file} is {_kind(st.st_mode)}, not a regular file{hint}")
+        raise InputError(f"{file} is {file_kind(st.st_mode)}, not a regular file{hint}")
     if limit is not None and st.st_size > limit:
         os.close(fd)
         raise InputError(f"{file} holds {_mib(st.st_size)}, more than the {_mib(limit)} of text "
@@ -203,7 +205,7 @@ def _check_stdin(fd: int) -> None:
         where = f" ({os.readlink(f'/proc/self/fd/{fd}')})"
     except OSError:
         where = ""
-    raise InputError(f"<stdin> is {_kind(mode)}{where}, not a file or a pipe")
+    raise InputError(f"<stdin> is {file_kind(mode)}{where}, not a file or a pipe")
 
 
 def _is_devnull(fd: int) -> bool:
@@ -211,15 +213,6 @@ def _is_devnull(fd: int) -> bool:
         return os.fstat(fd).st_rdev == os.stat(os.devnull).st_rdev
     except (OSError, AttributeError):
         return False
-
-
-def _kind(mode: int) -> str:
-    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):  # fmt: skip
-        if test(mode):
-            return what
-    return "not a regular file"
 
 
 def _mib(n: int) -> str:

@@ -20,7 +20,14 @@ import numpy as np
 
 from ..errors import CheckpointError
 
-__all__ = ["MAX_JSON_BYTES", "MAX_JSON_DEPTH", "json_depth", "read_json_file", "read_small_file"]
+__all__ = [
+    "MAX_JSON_BYTES",
+    "MAX_JSON_DEPTH",
+    "file_kind",
+    "json_depth",
+    "read_json_file",
+    "read_small_file",
+]
 
 MAX_JSON_BYTES = 16 << 20  # a GPT-2 config is ~1 KB, a 1558M cache entry ~80 KB
 MAX_JSON_DEPTH = 32  # the deepest file gpt2np reads is four levels deep
@@ -47,12 +54,12 @@ def read_small_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
         except OSError:
             mode = stat.S_IFREG
         if not stat.S_ISREG(mode):  # say what it is, not the errno opening it gave
-            raise CheckpointError(f"{name} is {_kind(mode)}, not a regular file") from None
+            raise CheckpointError(f"{name} is {file_kind(mode)}, not a regular file") from None
         raise CheckpointError(f"cannot read {name}: {e.strerror or e}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise CheckpointError(f"{name} is {_kind(st.st_mode)}, not a regular file")
+            raise CheckpointError(f"{name} is {file_kind(st.st_mode)}, not a regular file")
         if st.st_size > max_bytes:
             raise CheckpointError(f"{name} has {st.st_size} bytes, more than the {max_bytes} "
                                   "such a file may have")  # fmt: skip
@@ -71,7 +78,8 @@ def read_small_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
         os.close(fd)
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, for an error: 'a FIFO', 'a directory', …."""
     for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISSOCK, "a socket")):  # fmt: skip
