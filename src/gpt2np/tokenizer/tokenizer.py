@@ -38,7 +38,16 @@ from typing import Any, Callable, Literal, Union
 import numpy as np
 import regex
 
-from .bpe import MergeTable, bpe_fast, bytes_to_unicode, last_cut, pretokenize, split_text
+from .bpe import (
+    LONG_PIECE,
+    MergeTable,
+    bpe_fast,
+    bpe_rounds,
+    bytes_to_unicode,
+    last_cut,
+    pretokenize,
+    split_text,
+)
 from .hf_json import read_tokenizer_json
 from .vocab import ENDOFTEXT, parse_vocabulary, read_vocabulary
 
@@ -161,6 +170,7 @@ class Tokenizer:
         byte_to_symbol = bytes_to_unicode()
         self._byte_ids = [encoder[byte_to_symbol[b]] for b in range(256)]
         self._byte_table = bytes(self._byte_ids) if max(self._byte_ids) < 256 else None
+        self._byte_id_array = np.asarray(self._byte_ids, np.int32)
         # id -> bytes, for decoding. Special tokens decode to their own text, as in tiktoken.
         to_latin1 = str.maketrans({s: chr(b) for b, s in byte_to_symbol.items()})
         self._token_bytes = [b""] * len(encoder)
@@ -378,6 +388,10 @@ class Tokenizer:
 
     def _encode_piece(self, piece: str) -> tuple[int, ...]:
         """BPE of one pre-tokenised piece (the cache's miss handler)."""
+        if len(piece) >= LONG_PIECE // 4:  # in arrays, not as a list of a Python int per byte
+            data = np.frombuffer(piece.encode(), np.uint8)
+            if len(data) >= LONG_PIECE:
+                return tuple(bpe_rounds(self._byte_id_array[data], self._table).tolist())
         if self._byte_table is not None:  # bytes -> their tokens' ids in one C call
             ids = list(piece.encode().translate(self._byte_table))
         else:
