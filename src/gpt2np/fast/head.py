@@ -38,12 +38,15 @@ def head_parts(h: np.ndarray, wte: np.ndarray) -> np.ndarray:
     n = parallel.threads() if N * D * V >= THREADED_MACS else 1
     if N <= FEW_ROWS:
         by_word = np.empty((V, N), dtype=dtype)  # [V, N]
-        parts = _bounds(V, 2 * n, _linear.COLUMN_ALIGN)
+        parts = _bounds(V, _linear.PARTS_PER_THREAD * n, _linear.COLUMN_ALIGN)
         with single_threaded():
             parallel.run(lambda v: np.matmul(wte[v], rows.T, out=by_word[v]), parts)
         logits = np.ascontiguousarray(by_word.T)  # [N, V]
     else:
         logits = np.empty((N, V), dtype=dtype)
         with single_threaded():
-            parallel.run(lambda r: np.matmul(rows[r], wte.T, out=logits[r]), _bounds(N, 2 * n, 1))
+            parallel.run(
+                lambda r: np.matmul(rows[r], wte.T, out=logits[r]),
+                _bounds(N, _linear.PARTS_PER_THREAD * n, 1),
+            )
     return logits.reshape(*h.shape[:-1], V)
