@@ -26,6 +26,7 @@ def every_product_in_parts(monkeypatch):
     monkeypatch.setattr(fast_linear, "THREADED_MACS", 0)
     monkeypatch.setattr(fast_head, "THREADED_MACS", 0)
     monkeypatch.setattr(fast_linear, "COLUMN_ALIGN", 4)
+    monkeypatch.setattr(fast_head, "HEAD_BLOCK", 5)
     parallel.set_threads(3)
     yield
     parallel.set_threads(None)

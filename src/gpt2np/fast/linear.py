@@ -19,6 +19,8 @@ others.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import threads as parallel
@@ -70,9 +72,10 @@ def linear_parts(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     return y.reshape(*x.shape[:-1], n_out)
 
 
+@functools.lru_cache(maxsize=256)
 def _bounds(size: int, parts: int, align: int) -> list[slice]:
     """``parts`` consecutive slices (fewer if ``size`` is small) that cover 0 … size-1, each
-    starting on a multiple of ``align``."""
+    starting on a multiple of ``align`` (remembered: a decode step asks the same ~10 again)."""
     if parts <= 1:
         return [slice(0, size)]
     cuts = sorted({int(c) // align * align for c in np.linspace(0, size, parts + 1)[1:-1]})
