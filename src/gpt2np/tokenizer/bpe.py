@@ -235,14 +235,18 @@ def _bpe_scan(ids: list[int], table: MergeTable) -> list[int]:
         if best == _NO_RANK:
             break
         joined = merged[best]
-        while best in pair_ranks:  # every occurrence, leftmost first (a merge makes no new one)
-            i = pair_ranks.index(best)
-            ids[i : i + 2] = [joined]
-            del pair_ranks[i]
+        i = pair_ranks.index(best)
+        while True:  # every occurrence, leftmost first (a merge makes no new one before it)
+            ids[i] = joined
+            del ids[i + 1], pair_ranks[i]
             if i < len(pair_ranks):
                 pair_ranks[i] = get(joined * width + ids[i + 1], _NO_RANK)
             if i:
                 pair_ranks[i - 1] = get(ids[i - 1] * width + joined, _NO_RANK)
+            try:
+                i = pair_ranks.index(best, i + 1)
+            except ValueError:
+                break
     return ids
 
 
