@@ -388,7 +388,7 @@ def memory(args: argparse.Namespace) -> None:
                 while written < size:
                     f.write(text)
                     written += len(text.encode("utf-8"))
-        print("\nmemory, one fresh process per case: CPU seconds, peak RSS from just before encoding")
+        print("\nmemory, a fresh process per case: CPU seconds, peak RSS from just before encoding")
         print(f"{'case':>42} {'seconds':>8} {'MB/s':>6} {'peak RSS':>9} {'ids':>12}")
         cases = [("encode", big), ("stream", big), ("stream", small)]
         if tiktoken_encoding() is not None:
