@@ -1,7 +1,9 @@
-"""Benchmark gpt2np on a 124M-shaped model, optionally against HF transformers (PyTorch CPU).
+"""Benchmark gpt2np on a 124M-shaped model, optionally against ONNX Runtime and HF transformers.
 
     python scripts/bench.py                       # gpt2np alone, random 124M-shaped weights
-    python scripts/bench.py --vs-torch            # + HF transformers, same weights, ratios
+    python scripts/bench.py --vs-ort --vs-torch   # + ONNX Runtime and PyTorch, same weights
+    python scripts/bench.py --np-threads 1        # + gpt2np on 1 thread: what the 2nd one buys
+    python scripts/bench.py --vs-ort --busy       # the same beside a CPU-bound process
     python scripts/bench.py --model 124M          # real weights when they are present
     python scripts/bench.py --ckpt DIR            # + cold/warm load of a TF checkpoint dir
     python scripts/bench.py --only beam           # beam search against 4 batch-1 generations
@@ -9,14 +11,18 @@
     python scripts/bench.py --vs-torch --only score   # score() against HF's perplexity recipe
 
 Cases (--only picks those whose name contains the text, or one of several separated by
-commas): forward T=128/512/1024 (all logits), prefill T=1024 (last logits), decode B=1 (with the
-matrix-vector floor measured alongside), decode B=8, score (a 20,000-token text, stride 512),
-beam search. The machine's load average is printed at the start and the end: on a shared
-machine the numbers mean little when it is high.
+commas): decode B=1 and B=8 (a 16-token prompt, then 128 greedy tokens), prefill 1023+1 (a
+1023-token prompt's last logits, then one cached step), prefill T=1024 (last logits), forward
+T=128/512/1024 (all logits), score (a 20,000-token text, stride 512), beam search.
 
-Timings are medians of alternating runs (gpt2np, torch, gpt2np, torch, ...) so that both see the
-same machine state; ratios are torch time / gpt2np time (> 1: gpt2np is faster). Nothing here is
-a test: the test suite checks correctness only.
+Every engine runs in a process of its own, with its thread counts set explicitly (--threads for
+all; gpt2np's OpenBLAS pool too), and the engines are called in turn (scripts/bench_peers.py):
+each of --repeats repetitions runs every engine once, so that all see the same machine state.
+Ratios are peer time / gpt2np time within a repetition (> 1: gpt2np is faster), printed as the
+median and the range over the repetitions. Before the cases, ORT's and PyTorch's logits are
+checked against gpt2np's and their greedy tokens compared. The load average is printed beside
+each case: on a shared machine the numbers mean little when it is high. Nothing here is a test:
+the test suite checks correctness only.
 """
 
 from __future__ import annotations
@@ -37,13 +43,7 @@ import numpy as np
 
 import gpt2np
 
-PROMPT_LEN, NEW_TOKENS = 16, 64
-
-#: The scoring case: HF's perplexity recipe's stride over a text of this many tokens.
-SCORE_TOKENS, SCORE_STRIDE = 20_000, 512
-
-#: What the score case computed last (perplexities), printed beside its timing.
-RESULTS: dict[str, float] = {}
+PROMPT_LEN, NEW_TOKENS = 16, 64  # beam search and the rows probe
 
 
 def blas_info() -> str:
@@ -90,39 +90,6 @@ def alternate(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, f
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def numpy_cases(model: gpt2np.GPT2) -> dict[str, Callable[[], object]]:
-    rng = np.random.default_rng(0)
-    V = model.hparams.n_vocab
-    cases: dict[str, Callable[[], object]] = {}
-    for T in (128, 512, 1024):
-        ids = rng.integers(0, V, (1, T))
-        cases[f"forward T={T} (all logits)"] = lambda ids=ids: model.forward(ids)
-    ids = rng.integers(0, V, (1, 1024))
-
-    def prefill() -> None:
-        model.forward_cached(ids, model.new_cache(1), last_only=True)
-
-    cases["prefill T=1024 (last logits)"] = prefill
-    for B in (1, 8):
-        prompt = rng.integers(0, V, (B, PROMPT_LEN))
-        cases[f"decode B={B}: {NEW_TOKENS} tokens"] = lambda p=prompt: decode(model, p)
-    text = rng.integers(0, V, SCORE_TOKENS)
-
-    def score() -> None:
-        RESULTS["np"] = model.score(text, stride=SCORE_STRIDE, progress=False).perplexity
-
-    cases[f"score {SCORE_TOKENS} tokens, stride {SCORE_STRIDE}"] = score
-    return cases
-
-
-def decode(model: gpt2np.GPT2, prompt: np.ndarray) -> None:
-    """Greedy decoding with the in-place cache: one prefill, then one position per step."""
-    cache = model.new_cache(prompt.shape[0], max_len=PROMPT_LEN + NEW_TOKENS)
-    logits = model.forward_cached(prompt, cache, last_only=True)
-    for _ in range(NEW_TOKENS - 1):
-        logits = model.forward_cached(logits.argmax(-1), cache, last_only=True)
-
-
 def beam_ratio(model: gpt2np.GPT2, repeats: int) -> None:
     """Beam search with 4 beams, 4 separate batch-1 greedy generations and n=4 samples of one
     prompt: each decodes 4 x NEW_TOKENS positions after a PROMPT_LEN prompt (min_new_tokens
@@ -147,91 +114,6 @@ def beam_ratio(model: gpt2np.GPT2, repeats: int) -> None:
 def selected(name: str, only: str | None) -> bool:
     """Whether --only picks the case ``name``: no --only, or one of its texts is in the name."""
     return not only or any(text in name for text in only.split(","))
-
-
-def hf_model(model: gpt2np.GPT2) -> object:
-    """HF's GPT2LMHeadModel holding a copy of the same weights, made in memory (1558M's 6.2 GB
-    are copied once, with no file and no random initialisation in between)."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from gpt2np.checkpoint.convert import hf_config, hf_from_flat
-    from gpt2np.params import flatten
-
-    with torch.device("meta"):
-        hf = GPT2LMHeadModel(GPT2Config(**hf_config(model.hparams)))
-    hf = hf.to_empty(device="cpu")
-    weights = hf_from_flat(flatten(model.params))
-    state = {
-        f"transformer.{k}": torch.from_numpy(np.ascontiguousarray(a)) for k, a in weights.items()
-    }
-    missing, unexpected = hf.load_state_dict(state, strict=False)
-    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
-    hf.tie_weights()
-    return hf.eval()
-
-
-def torch_cases(model: gpt2np.GPT2, threads: int) -> dict[str, Callable[[], object]]:
-    import torch
-
-    torch.set_num_threads(threads)
-    hf = hf_model(model)
-    rng = np.random.default_rng(0)
-    V = model.hparams.n_vocab
-    cases: dict[str, Callable[[], object]] = {}
-
-    def run(fn: Callable[[], object]) -> Callable[[], object]:
-        def wrapped() -> object:
-            with torch.inference_mode():
-                return fn()
-
-        return wrapped
-
-    for T in (128, 512, 1024):
-        ids = torch.from_numpy(rng.integers(0, V, (1, T)))
-        cases[f"forward T={T} (all logits)"] = run(lambda ids=ids: hf(ids, use_cache=False))
-    ids = torch.from_numpy(rng.integers(0, V, (1, 1024)))
-    cases["prefill T=1024 (last logits)"] = run(lambda: hf(ids, logits_to_keep=1))
-    for B in (1, 8):
-        prompt = torch.from_numpy(rng.integers(0, V, (B, PROMPT_LEN)))
-        cases[f"decode B={B}: {NEW_TOKENS} tokens"] = run(
-            lambda p=prompt: hf.generate(
-                p,
-                attention_mask=torch.ones_like(p),
-                max_new_tokens=NEW_TOKENS,
-                min_new_tokens=NEW_TOKENS,
-                do_sample=False,
-                pad_token_id=0,
-            )
-        )
-    text = torch.from_numpy(rng.integers(0, V, SCORE_TOKENS))[None]
-    cases[f"score {SCORE_TOKENS} tokens, stride {SCORE_STRIDE}"] = lambda: hf_perplexity(hf, text)
-    return cases
-
-
-def hf_perplexity(hf: object, encodings: object) -> None:
-    """HF's "Perplexity of fixed-length models" recipe, as its documentation writes it."""
-    import torch
-
-    max_length, stride = hf.config.n_positions, SCORE_STRIDE
-    seq_len = encodings.size(1)
-    nll_sum, n_tokens, prev_end_loc = 0.0, 0, 0
-    for begin_loc in range(0, seq_len, stride):
-        end_loc = min(begin_loc + max_length, seq_len)
-        trg_len = end_loc - prev_end_loc  # may be different from stride on last loop
-        input_ids = encodings[:, begin_loc:end_loc]
-        target_ids = input_ids.clone()
-        target_ids[:, :-trg_len] = -100
-        with torch.no_grad():
-            neg_log_likelihood = hf(input_ids, labels=target_ids).loss
-        num_valid_tokens = (target_ids != -100).sum().item()
-        num_loss_tokens = num_valid_tokens - target_ids.size(0)
-        nll_sum += neg_log_likelihood * num_loss_tokens
-        n_tokens += num_loss_tokens
-        prev_end_loc = end_loc
-        if end_loc == seq_len:
-            break
-    RESULTS["torch"] = float(torch.exp(nll_sum / n_tokens))
 
 
 def weight_products(model: gpt2np.GPT2, N: int, passes: int = 1) -> Callable[[], object]:
@@ -355,17 +237,26 @@ def tokenizer_speed() -> None:
     )
 
 
-def require_torch() -> None:
-    """Exit with one line saying what to install when --vs-torch cannot import its peers."""
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as e:
-        sys.exit(
-            f"bench.py: error: --vs-torch needs PyTorch and HF transformers ({e}); install "
-            "them with: pip install torch==2.13.0 (the CPU build) and then pip install "
-            "transformers"
-        )
+def require(vs_torch: bool, vs_ort: bool) -> None:
+    """Exit with one line saying what to install when a peer cannot be imported."""
+    peers = [("--vs-torch", "PyTorch and HF transformers", ("torch", "transformers"))] * vs_torch
+    peers += [
+        ("--vs-ort", "PyTorch, ONNX and ONNX Runtime", ("torch", "onnx", "onnxruntime"))
+    ] * vs_ort
+    for flag, what, modules in peers:
+        try:
+            for name in modules:
+                __import__(name)
+        except ImportError as e:
+            sys.exit(
+                f"bench.py: error: {flag} needs {what} ({e}); install them with: pip install "
+                'torch==2.13.0 (the CPU build) and then pip install -e ".[bench]"'
+            )
+
+
+def busy_loop() -> subprocess.Popen[bytes]:
+    """A CPU-bound process beside the benchmark (in its session, so in its scheduling group)."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
 def main() -> None:
@@ -374,8 +265,14 @@ def main() -> None:
     ap.add_argument("--size", choices=list(gpt2np.HPARAMS), default="124M",
                     help="the random weights' shapes, without --model (default 124M)")  # fmt: skip
     ap.add_argument("--vs-torch", action="store_true", help="also run HF transformers")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    ap.add_argument("--vs-ort", action="store_true", help="also run ONNX Runtime")
+    ap.add_argument("--threads", type=int, default=2, help="threads of every engine (default 2)")
+    ap.add_argument("--np-threads", type=int, action="append", default=[],
+                    help="also run gpt2np with this many threads (repeatable)")  # fmt: skip
+    ap.add_argument("--busy", action="store_true", help="run a CPU-bound process beside")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--pause", type=float, default=0.3,
+                    help="seconds between calls: the last engine's threads go idle")  # fmt: skip
     ap.add_argument("--ckpt", help="TF checkpoint directory to time cold and warm loads")
     ap.add_argument("--tf-python", help="a python with tensorflow, to time TF's own loading")
     ap.add_argument("--load-rounds", type=int, default=5, help="rounds of the load timings")
@@ -387,66 +284,32 @@ def main() -> None:
     )
     ap.add_argument("--rows", action="store_true", help="also probe the products for 1-16 rows")
     args = ap.parse_args()
-    if args.vs_torch:
-        require_torch()
-
-    from gpt2np.fast import threads as parallel
+    require(args.vs_torch, args.vs_ort)
 
     print(f"date {time.strftime('%Y-%m-%d %H:%M')}  cpu {cpu_name()}  cores {os.cpu_count()}  "
           f"load average {load_average()}")  # fmt: skip
-    print(f"numpy {np.__version__}  BLAS {blas_info()}  python {platform.python_version()}  "
-          f"gpt2np threads {parallel.threads()}")  # fmt: skip
+    print(f"numpy {np.__version__}  BLAS {blas_info()}  python {platform.python_version()}")
     if args.skip_model and args.ckpt:
         load_times(args.ckpt, args.tf_python, args.load_rounds)
         return
-    if args.model:
-        model = gpt2np.load(args.model)
-    else:
-        model = gpt2np.GPT2(
-            gpt2np.HPARAMS[args.size], gpt2np.init_params(gpt2np.HPARAMS[args.size])
-        )
-    print(f"model {model!r}")
-
-    ours = numpy_cases(model)
-    theirs = torch_cases(model, args.threads) if args.vs_torch else {}
-    if args.vs_torch:
-        import torch
-        import transformers
-
-        print(f"torch {torch.__version__} threads {torch.get_num_threads()}  "
-              f"transformers {transformers.__version__}")  # fmt: skip
-    header = f"  {'case':32s} {'gpt2np':>10s}"
-    if theirs:
-        header += f" {'torch':>10s} {'ratio':>7s}"
-    print(header)
-    for name, fn in ours.items():
-        if not selected(name, args.only):
-            continue
-        fns: dict[str, Callable[[], object]] = {"np": fn}
-        if name.startswith("decode B=1:"):  # the floor, measured in turn with the others: as
-            # many passes as decode steps, and before torch, whose idle threads spin a while
-            fns["floor"] = weight_products(model, 1, passes=NEW_TOKENS)
-        if name in theirs:
-            fns["torch"] = theirs[name]
-        t = alternate(fns, args.repeats)
-        line = f"  {name:32s} {t['np']:9.3f}s"
-        if "torch" in t:
-            line += f" {t['torch']:9.3f}s {t['torch'] / t['np']:6.2f}x"
-        if name.startswith("decode"):
-            B = int(name.split("B=")[1].split(":")[0])
-            line += f"   gpt2np {B * NEW_TOKENS / t['np']:.1f} tok/s"
-            if "torch" in t:
-                line += f", torch {B * NEW_TOKENS / t['torch']:.1f} tok/s"
-            if "floor" in t:  # one matrix-vector pass over all weights per token
-                line += (f", floor {NEW_TOKENS / t['floor']:.1f} tok/s (gpt2np at "
-                         f"{t['floor'] / t['np']:.0%} of it)")  # fmt: skip
-        if name.startswith("score"):
-            line += "   perplexity " + ", ".join(f"{k} {v:.4f}" for k, v in RESULTS.items())
-        print(line, flush=True)
-    if selected("beam search", args.only):
-        beam_ratio(model, args.repeats)
-    if args.rows:
-        rows_probe(model, args.repeats * 3)
+    busy = busy_loop() if args.busy else None
+    if busy:
+        print(f"a CPU-bound process (pid {busy.pid}) runs beside the benchmark")
+    try:
+        engines_compared(args)
+        if selected("beam search", args.only) or args.rows:
+            if args.model:
+                model = gpt2np.load(args.model)
+            else:
+                hparams = gpt2np.HPARAMS[args.size]
+                model = gpt2np.GPT2(hparams, gpt2np.init_params(hparams))
+            if selected("beam search", args.only):
+                beam_ratio(model, args.repeats)
+            if args.rows:
+                rows_probe(model, args.repeats * 3)
+    finally:
+        if busy:
+            busy.kill()
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"  peak RSS of this process {rss_mb:.0f} MB  load average {load_average()}")
     if args.ckpt:
@@ -455,6 +318,32 @@ def main() -> None:
         tokenizer_speed()
     except ImportError:
         pass
+
+
+def engines_compared(args: argparse.Namespace) -> None:
+    """The cases on gpt2np and its peers, each in a process of its own (scripts/bench_peers.py)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_peers
+
+    cases = [c for c in bench_peers.CASES if selected(c, args.only)]
+    if not cases:
+        return
+    kinds = [("gpt2np", args.threads)]
+    kinds += [("gpt2np", n) for n in dict.fromkeys(args.np_threads) if n != args.threads]
+    kinds += [("ort", args.threads)] * args.vs_ort + [("torch", args.threads)] * args.vs_torch
+    size = args.size if not args.model else args.model
+    print(f"model {size}: engines start (each in its own process)", flush=True)
+    engines = []
+    try:
+        for kind, n in kinds:
+            engines.append(bench_peers.Engine(kind, n, args.size, args.model, seed=0))
+            print(f"  {engines[-1].name}: {engines[-1].info}", flush=True)
+        if len(engines) > 1:
+            bench_peers.check(engines, engines[0])
+        bench_peers.compare(engines, cases, args.repeats, args.pause)
+    finally:
+        for engine in engines:
+            engine.close()
 
 
 if __name__ == "__main__":

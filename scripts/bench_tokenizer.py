@@ -1,6 +1,7 @@
 """Benchmark gpt2np's tokenizer against tiktoken: throughput, long pieces, memory on 100 MB.
 
     python scripts/bench_tokenizer.py [--chars 1000000] [--repeat 3] [--mem-mb 100] [--baselines]
+                                      [--piece-mib 10]
 
 The machine is shared and noisy: compare the same-run ratios, and run the script three times.
 
@@ -24,6 +25,12 @@ other processes on a shared machine disturb less than wall time.
 **Long pieces**: one pre-tokeniser piece of 8,000 and 32,000 CJK characters (Chinese letters
 from the zh_CN catalogues, else seeded random ones), 32,000 seeded random CJK characters, and
 32,000 "a": gpt2np's merge against tiktoken's; the clear O(n²) twin (``bpe.bpe``) on the 8,000.
+
+**One long piece**: a text that is a single pre-tokeniser piece of ``--piece-mib`` MiB of UTF-8
+(Chinese letters from the zh_CN catalogues repeated, seeded random CJK letters, "a" repeated,
+seeded random a-z letters), encoded in a fresh process per case by ``encode_ordinary`` (the
+str), ``encode_stream`` (the file) and tiktoken's ``encode_ordinary``: CPU seconds, tiktoken's
+time / gpt2np's, and peak RSS counted from just before encoding.
 
 **Memory**: a ``--mem-mb`` MB file (the three corpora repeated) encoded in a fresh process per
 case: ``encode_ordinary`` of the whole str, ``encode_stream`` over the open file (and over a
@@ -332,6 +339,45 @@ def long_pieces(args: argparse.Namespace) -> None:
         print(f"{label:>28} {ours:8.4f} {theirs:>9} {clear:>10}")
 
 
+PIECES = {  # name -> one piece of about n bytes of UTF-8
+    "CJK text": lambda n: cjk_piece(n // 3),
+    "random CJK": lambda n: cjk_piece(n // 3, real=False),
+    '"a" repeated': lambda n: "a" * n,
+    "random a-z": lambda n: "".join(random.Random(0).choices("abcdefghijklmnopqrstuvwxyz", k=n)),
+}
+
+
+def one_piece(args: argparse.Namespace) -> None:
+    n = int(args.piece_mib * (1 << 20))
+    print(f"\none piece of {args.piece_mib:g} MiB, a fresh process per case: CPU seconds, "
+          "peak RSS from just before encoding")  # fmt: skip
+    print(
+        f"{'piece':>14} {'contender':>24} {'seconds':>8} {'peak RSS':>9} {'ids':>11}  vs tiktoken"
+    )
+    cases = ["encode", "stream"] + ["tiktoken"] * (tiktoken_encoding() is not None)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, make in PIECES.items():
+            path = Path(tmp) / "piece.txt"
+            path.write_text(make(n), encoding="utf-8")
+            got = {}
+            for case in cases:
+                out = subprocess.run(
+                    [sys.executable, __file__, "--mem-child", case, str(path)],
+                    capture_output=True, text=True, check=True,
+                )  # fmt: skip
+                got[case] = json.loads(out.stdout.strip().splitlines()[-1])
+            for case, (seconds, peak, n_ids) in got.items():
+                ratio = ""
+                if "tiktoken" in got and case != "tiktoken":
+                    ratio = f"{got['tiktoken'][0] / seconds:.2f}x"
+                    if n_ids != got["tiktoken"][2]:
+                        sys.exit(f"{case} gives another number of ids than tiktoken on {name}")
+                label = {"encode": "gpt2np encode_ordinary", "stream": "gpt2np encode_stream",
+                         "tiktoken": "tiktoken encode_ordinary"}[case]  # fmt: skip
+                print(f"{name:>14} {label:>24} {seconds:8.2f} {peak / 1e6:6.0f} MB {n_ids:11,}  "
+                      f"{ratio}")  # fmt: skip
+
+
 def memory(args: argparse.Namespace) -> None:
     text = english_corpus(args.chars) + code_corpus(args.chars) + multilingual_corpus(args.chars)
     with tempfile.TemporaryDirectory() as tmp:
@@ -342,7 +388,7 @@ def memory(args: argparse.Namespace) -> None:
                 while written < size:
                     f.write(text)
                     written += len(text.encode("utf-8"))
-        print("\nmemory, one fresh process per case; peak RSS counted from just before encoding")
+        print("\nmemory, a fresh process per case: CPU seconds, peak RSS from just before encoding")
         print(f"{'case':>42} {'seconds':>8} {'MB/s':>6} {'peak RSS':>9} {'ids':>12}")
         cases = [("encode", big), ("stream", big), ("stream", small)]
         if tiktoken_encoding() is not None:
@@ -391,7 +437,7 @@ def memory_child(case: str, path: str) -> None:
         tok = Tokenizer()
         with open(path, encoding="utf-8") as f:
             reset_peak_rss()
-            start_rss, start = rss(), time.perf_counter()
+            start_rss, start = rss(), time.process_time()
             n_ids = sum(len(ids) for ids in tok.encode_stream(f))
     else:
         if case == "tiktoken":
@@ -400,9 +446,10 @@ def memory_child(case: str, path: str) -> None:
             encode = Tokenizer().encode_ordinary
         text = Path(path).read_text(encoding="utf-8")
         reset_peak_rss()
-        start_rss, start = rss(), time.perf_counter()
+        start_rss, start = rss(), time.process_time()
         n_ids = len(encode(text))
-    print(json.dumps([time.perf_counter() - start, rss("VmHWM") - start_rss, n_ids]))
+    # CPU seconds (all contenders encode in one thread): a shared machine disturbs them less
+    print(json.dumps([time.process_time() - start, rss("VmHWM") - start_rss, n_ids]))
 
 
 def main() -> None:
@@ -410,6 +457,7 @@ def main() -> None:
     parser.add_argument("--chars", type=int, default=1_000_000, help="characters per corpus")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--mem-mb", type=float, default=100, help="0: skip the memory part")
+    parser.add_argument("--piece-mib", type=float, default=10, help="0: skip the one piece")
     parser.add_argument("--baselines", action="store_true", help="add OpenAI's algorithm, HF")
     parser.add_argument("--mem-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -418,6 +466,8 @@ def main() -> None:
     print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, gpt2np from {gpt2np.__file__}")
     throughput(args)
     long_pieces(args)
+    if args.piece_mib:
+        one_piece(args)
     if args.mem_mb:
         memory(args)
 

@@ -12,6 +12,7 @@ import json
 import pathlib
 import random
 
+import numpy as np
 import pytest
 import regex
 from hypothesis import HealthCheck, assume, given, settings
@@ -21,7 +22,15 @@ from gpt2np.tokenizer import bpe
 
 DATA = pathlib.Path(__file__).resolve().parent.parent / "src" / "gpt2np" / "data"
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FAST_KINDS = [bpe.bpe_fast, bpe._bpe_scan, bpe._bpe_heap]
+
+
+def rounds(ids: list[int], table) -> list[int]:
+    """bpe_rounds on any piece, however short (bpe_fast sends it only long ones)."""
+    merged: list[int] = bpe.bpe_rounds(np.asarray(ids, np.int64), table).tolist()
+    return merged
+
+
+FAST_KINDS = [bpe.bpe_fast, bpe._bpe_scan, bpe._bpe_heap, rounds]
 
 # OpenAI's pattern as written in src/encoder.py; bpe.PATTERN is the same with prefixes factored.
 OPENAI_PATTERN = regex.compile(
@@ -183,3 +192,63 @@ def test_pretokenize_is_the_pattern(text: str) -> None:
     assert text.isascii()
     assert bpe.pretokenize(text) == OPENAI_PATTERN.findall(text) == bpe.PATTERN.findall(text)
     assert bpe.pretokenize(text + "é") == OPENAI_PATTERN.findall(text + "é")
+
+
+@SETTINGS
+@given(merge_tables(), st.sampled_from(["a", "ab", "aab", "cba"]), st.integers(1, 200))
+def test_rounds_equal_clear_when_each_round_is_cut_in_chunks(table, unit, times) -> None:
+    """bpe_rounds cuts a round into chunks (a run of one symbol carried from chunk to chunk):
+    with chunks of 3 positions, every cut falls inside some run."""
+    merges, encoder = table
+    symbols = list(unit * times)
+    expected = [encoder[s] for s in bpe.bpe(symbols, {p: r for r, p in enumerate(merges)})]
+    previous = bpe.FILE_CHUNK
+    bpe.FILE_CHUNK = 3
+    try:
+        assert rounds([encoder[s] for s in symbols], bpe.MergeTable.build(merges, encoder)) == (
+            expected
+        )
+    finally:
+        bpe.FILE_CHUNK = previous
+
+
+def test_pair_arrays_find_every_rank_and_no_other(gpt2) -> None:
+    """The hash table of pairs answers every pair of vocab.bpe with its rank and NO_RANK for
+    pairs it does not list (also pairs whose keys share a first slot)."""
+    _, _, table = gpt2
+    keys = np.fromiter(table.ranks, np.int64)
+    left, right = keys // table.width, keys % table.width
+    assert (table.arrays.rank(left, right) == np.fromiter(table.ranks.values(), np.int64)).all()
+    absent = np.arange(5000) * 7919 % (table.width * table.width)
+    absent = absent[~np.isin(absent, keys)]
+    got = table.arrays.rank(absent // table.width, absent % table.width)
+    assert (got == bpe.NO_RANK).all()
+
+
+@pytest.mark.parametrize("kind", ["a", "cjk", "letters"])
+def test_a_long_piece_is_merged_in_arrays_with_bounded_memory(gpt2, kind) -> None:
+    """A piece of 1 MiB (one word with no space, as a single-piece text has) is merged by
+    bpe_rounds in arrays: what Python allocates meanwhile stays a small multiple of the piece
+    (the heap, with Python ints per byte, took 93-132 bytes per byte), and the ids equal the
+    heap's."""
+    import tracemalloc
+
+    from gpt2np.tokenizer.tokenizer import Tokenizer
+
+    n = 1 << 20
+    rng = random.Random(0)
+    piece = {
+        "a": "a" * n,
+        "cjk": "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(n // 3)),
+        "letters": "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=n)),
+    }[kind]
+    tok = Tokenizer()
+    tracemalloc.start()
+    try:
+        ids = tok.encode_ordinary(piece)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    data = piece.encode()
+    assert peak < 80 * len(data), peak / len(data)
+    assert ids == bpe._bpe_heap(list(data.translate(tok._byte_table)), tok._table)

@@ -7,12 +7,30 @@ import pytest
 
 import gpt2np
 from gpt2np.attention import causal_mask
+from gpt2np.fast import blas
+from gpt2np.fast import head as fast_head
+from gpt2np.fast import linear as fast_linear
+from gpt2np.fast import threads as parallel
 from gpt2np.fast.gelu import gelu_inplace, gelu_rows
-from gpt2np.fast.head import head_few_rows
+from gpt2np.fast.head import head_parts
 from gpt2np.fast.kernels import CLEAR, FAST
 from gpt2np.fast.layernorm import layernorm_rows
-from gpt2np.layers import gelu, head, layernorm
+from gpt2np.fast.linear import linear_parts
+from gpt2np.layers import gelu, head, layernorm, linear
 from tolerances import LOGITS32
+
+
+@pytest.fixture
+def every_product_in_parts(monkeypatch):
+    """Three threads, and products cut into parts whatever their size (4-column alignment), so
+    that small test arrays take the paths a 124M model takes."""
+    monkeypatch.setattr(fast_linear, "THREADED_MACS", 0)
+    monkeypatch.setattr(fast_head, "THREADED_MACS", 0)
+    monkeypatch.setattr(fast_linear, "COLUMN_ALIGN", 4)
+    monkeypatch.setattr(fast_head, "HEAD_BLOCK", 5)
+    parallel.set_threads(3)
+    yield
+    parallel.set_threads(None)
 
 
 def test_fast_model_equals_clear_model(tiny_hparams) -> None:
@@ -67,14 +85,16 @@ def test_gelu_inplace_writes_into_its_argument_and_handles_a_strided_one() -> No
     )
 
 
-@pytest.mark.parametrize("lead", [(1,), (2, 1), (8, 1), (16,), (17,), (3, 7), (4, 0)])
+@pytest.mark.parametrize("lead", [(1,), (2, 1), (8, 1), (16,), (17,), (3, 7), (4, 0), (40,)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_head_few_rows_equals_head(lead, dtype) -> None:
+def test_head_parts_equals_head(lead, dtype, every_product_in_parts) -> None:
+    """The head cut by vocabulary (few rows) or by rows (more), in parts of odd sizes that three
+    threads share, computes what the clear head computes."""
     rng = np.random.default_rng(sum(lead))
     h = rng.standard_normal((*lead, 12)).astype(dtype)
-    wte = rng.standard_normal((103, 12)).astype(dtype)  # 103: the last vocabulary slice is short
+    wte = rng.standard_normal((103, 12)).astype(dtype)  # 103: the last vocabulary part is short
     expected = head(h, wte)
-    got = head_few_rows(h, wte, vocab_slice=10)
+    got = head_parts(h, wte)
     assert got.shape == (*lead, 103) and got.dtype == dtype and got.flags.c_contiguous
     tol = 1e-5 if dtype == np.float32 else 1e-12
     np.testing.assert_allclose(got, expected, rtol=tol, atol=tol)
@@ -96,6 +116,7 @@ def test_each_fast_kernel_computes_what_its_clear_twin_computes() -> None:
         "act": lambda: (u.copy(), "gelu_new"),  # fresh each time: the fast act may overwrite it
         "head": lambda: (h, wte.astype(np.float32)),
         "norm": lambda: (u, g, b),
+        "linear": lambda: (u, u[0, :8].T.copy(), g[:8]),
     }
     assert set(inputs) == set(FAST._fields) == set(CLEAR._fields)
     for name, make in inputs.items():
@@ -193,3 +214,69 @@ def test_gelu_inplace_at_the_extremes_raises_no_float_error(dtype) -> None:
         got = gelu_inplace(x.copy())
     assert np.all(got[:4] <= 0) and np.all(got[:4] > -1e-30)  # -0 or a tiny negative
     np.testing.assert_array_equal(got[4:], x[4:])  # gelu(x) = x for large x (and 0 at 0)
+
+
+@pytest.mark.parametrize("lead", [(1,), (2, 1), (8, 1), (64,), (65,), (3, 70), (4, 0)])
+@pytest.mark.parametrize("n_out", [1, 7, 96])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_linear_parts_equals_linear(lead, n_out, dtype, every_product_in_parts) -> None:
+    """x · w + b cut by columns (few rows) or by rows (more), the parts shared by three
+    threads, computes what the clear linear map computes."""
+    rng = np.random.default_rng(n_out + sum(lead))
+    x = rng.standard_normal((*lead, 24)).astype(dtype)
+    w, b = rng.standard_normal((24, n_out)).astype(dtype), rng.standard_normal(n_out).astype(dtype)
+    got = linear_parts(x, w, b)
+    assert got.shape == (*lead, n_out) and got.dtype == dtype and got.flags.c_contiguous
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, linear(x, w, b), rtol=tol, atol=tol)
+    exact = np.einsum("...i,io->...o", x.astype(np.float64), w.astype(np.float64)) + b
+    np.testing.assert_allclose(got, exact, rtol=10 * tol, atol=10 * tol)
+
+
+def test_linear_parts_cuts_few_rows_by_columns_and_many_by_rows(
+    every_product_in_parts, monkeypatch
+) -> None:
+    """Few rows are cut by columns of w on aligned edges, many rows by rows of x; either way the
+    parts tile the output exactly once, about two per thread."""
+    seen: list[slice] = []
+    run = parallel.run
+
+    def recording_run(fn, items):
+        seen[:] = items
+        return run(fn, items)
+
+    monkeypatch.setattr(fast_linear.parallel, "run", recording_run)
+    for rows, cut in ((2, 30), (fast_linear.FEW_ROWS + 1, fast_linear.FEW_ROWS + 1)):
+        x = np.ones((rows, 5), np.float32)
+        linear_parts(x, np.ones((5, 30), np.float32), np.zeros(30, np.float32))
+        edges = [seen[0].start] + [part.stop for part in seen]
+        assert edges[0] == 0 and edges[-1] == cut and edges == sorted(set(edges))
+        assert [part.start for part in seen[1:]] == edges[1:-1]
+        assert 3 <= len(seen) <= 6
+        if rows == 2:
+            assert all(part.start % 4 == 0 for part in seen)
+
+
+def test_fast_kernels_hold_blas_at_one_thread_and_give_it_back(monkeypatch) -> None:
+    """Inside the threaded kernels OpenBLAS runs one thread (gpt2np's threads own the cores);
+    after them it has the count it had before."""
+    if not blas.available():
+        pytest.skip("NumPy's BLAS is not an OpenBLAS whose threads gpt2np can set")
+    inside: list[int | None] = []
+    run = parallel.run
+    monkeypatch.setattr(
+        parallel, "run", lambda fn, items: (inside.append(blas.blas_threads()), run(fn, items))[1]
+    )
+    before = blas.blas_threads()
+    blas.set_blas_threads(2)
+    try:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((3, 9, 32)).astype(np.float32)
+        FAST.linear(x, rng.standard_normal((32, 40)).astype(np.float32), np.zeros(40, np.float32))
+        FAST.head(x, rng.standard_normal((50, 32)).astype(np.float32))
+        q = rng.standard_normal((1, 2, 9, 8)).astype(np.float32)
+        FAST.attend(q, q, q, causal_mask(9))
+        assert inside == [1, 1, 1]
+        assert blas.blas_threads() == 2
+    finally:
+        blas.set_blas_threads(before or 1)

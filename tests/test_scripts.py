@@ -44,3 +44,20 @@ def test_lint_docs_passes_here_and_names_a_readme_whose_command_ci_does_not_run(
     found = lint["findings"]()
     assert any("lacks the test command" in f for f in found)
     assert any("lines, over 360" in f for f in found)
+
+
+def test_bench_vs_ort_without_onnxruntime_is_one_clear_line() -> None:
+    """Without ONNX Runtime, `bench.py --vs-ort` says in one line what to install (the bench
+    extra), before building any model."""
+    code = (
+        "import runpy, sys\n"
+        "sys.modules['onnxruntime'] = None  # import onnxruntime now raises ImportError\n"
+        "sys.argv = ['bench.py', '--vs-ort']\n"
+        f"runpy.run_path({str(SCRIPTS / 'bench.py')!r}, run_name='__main__')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("bench.py: error: --vs-ort needs PyTorch, ONNX and ONNX Runtime")
+    assert 'pip install -e ".[bench]"' in lines[0]

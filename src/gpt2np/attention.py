@@ -30,7 +30,6 @@ from .layers import (  # attend, masked_score, MASKED_SCORE: re-exported, their 
     Kernels,
     Recorder,
     attend,
-    linear,
     masked_score,
 )
 
@@ -84,11 +83,12 @@ def attention(
 
     x [B, T, D]; c_attn {"w" [D, 3D], "b" [3D]}; c_proj {"w" [D, D], "b" [D]};
     past: OpenAI's [B, 2, H, T_past, Dh], a layer of a KVCache, or None; scale: what the scores
-    are multiplied by (1/√Dh if None); kernels.attend does softmax(q·kᵀ·scale + mask)·v.
+    are multiplied by (1/√Dh if None); kernels.attend does softmax(q·kᵀ·scale + mask)·v and
+    kernels.linear the affine maps x · w + b.
     Returns (out [B, T, D], present [B, 2, H, T, Dh]): present holds the new tokens' keys and
     values only, as OpenAI's graph returns them.
     """
-    qkv = record("qkv", linear(x, **c_attn))  # [B, T, D] -> [B, T, 3D]
+    qkv = record("qkv", kernels.linear(x, **c_attn))  # [B, T, D] -> [B, T, 3D]
     q, k, v = (split_heads(a, n_head) for a in np.split(qkv, 3, axis=-1))  # 3 x [B, H, T, Dh]
     q, k, v = record("q", q), record("k", k), record("v", v)
     present = np.stack([k, v], axis=1)  # [B, 2, H, T, Dh]
@@ -103,4 +103,4 @@ def attention(
         k, v, mask = past.update(k, v)  # and the causal mask, blind to each row's left padding
     heads = kernels.attend(q, k, v, mask, record, scale)  # [B, H, T, Dh]
     merged = record("merged", merge_heads(heads))  # [B, H, T, Dh] -> [B, T, D]
-    return record("c_proj", linear(merged, **c_proj)), present  # [B, T, D]
+    return record("c_proj", kernels.linear(merged, **c_proj)), present  # [B, T, D]

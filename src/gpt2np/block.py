@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .attention import Past, attention
-from .layers import CLEAR, RECORD_NOTHING, Kernels, Recorder, linear
+from .layers import CLEAR, RECORD_NOTHING, Kernels, Recorder
 
 __all__ = ["block", "ffn"]
 
@@ -34,11 +34,12 @@ def ffn(
 
     ``act`` names the activation as HF does (:func:`gpt2np.layers.activation`, run as
     ``kernels.act``): GPT-2's tanh GELU by default; its output is recorded as ``gelu`` whichever
-    it is. The hidden width is the weights' (HF's ``n_inner`` may make it other than 4·D).
+    it is. The hidden width is the weights' (HF's ``n_inner`` may make it other than 4·D). The
+    two affine maps are :func:`gpt2np.layers.linear`, run as ``kernels.linear``.
     """
-    h = record("c_fc", linear(x, **c_fc))  # [B, T, D] -> [B, T, 4D]
+    h = record("c_fc", kernels.linear(x, **c_fc))  # [B, T, D] -> [B, T, 4D]
     h = record("gelu", kernels.act(h, act))  # [B, T, 4D]
-    return record("c_proj", linear(h, **c_proj))  # [B, T, 4D] -> [B, T, D]
+    return record("c_proj", kernels.linear(h, **c_proj))  # [B, T, 4D] -> [B, T, D]
 
 
 def block(

@@ -6,10 +6,11 @@ These follow OpenAI's ``src/model.py`` (``norm``, ``gelu``, ``softmax``, ``conv1
 broadcast over any leading axes ``[...]``; the dtype of the input is kept (float32 in, float32
 out).
 
-The four that do the heavy work of a forward pass (:func:`attend`, :func:`activation`,
-:func:`layernorm`, :func:`head`) are called through a :class:`Kernels` bundle, :data:`CLEAR`
-by default: ``gpt2np.fast.FAST`` bundles faster twins of them, each tested equal to its clear
-one, so that one composition of the forward pass (:func:`gpt2np.model.forward`) runs either.
+The five that do the heavy work of a forward pass (:func:`attend`, :func:`activation`,
+:func:`layernorm`, :func:`head`, :func:`linear`) are called through a :class:`Kernels` bundle,
+:data:`CLEAR` by default: ``gpt2np.fast.FAST`` bundles faster twins of them, each tested equal
+to its clear one, so that one composition of the forward pass (:func:`gpt2np.model.forward`)
+runs either.
 """
 
 from __future__ import annotations
@@ -239,8 +240,15 @@ class Head(Protocol):
     def __call__(self, h: np.ndarray, w: np.ndarray, /) -> np.ndarray: ...
 
 
+class Linear(Protocol):
+    """linear(x, w, b): the affine map x · w + b (w and b by name, as ``**params["c_fc"]``
+    passes them)."""
+
+    def __call__(self, x: np.ndarray, /, w: np.ndarray, b: np.ndarray) -> np.ndarray: ...
+
+
 class Kernels(NamedTuple):
-    """The four functions that do a forward pass's heavy work, plugged into the one composition
+    """The five functions that do a forward pass's heavy work, plugged into the one composition
     (:func:`gpt2np.model.forward`, :func:`gpt2np.block.block`, :func:`gpt2np.attention.attention`).
 
     :data:`CLEAR` holds this module's own; ``gpt2np.fast.FAST`` holds faster twins that compute
@@ -252,7 +260,8 @@ class Kernels(NamedTuple):
     act: Act  # the MLP's activation                             [B, T, 4D]
     norm: Norm  # LayerNorm                                        [B, T, D]
     head: Head  # logits = h · wᵀ                                  [B, T, V]
+    linear: Linear  # x · w + b: c_attn, c_proj, c_fc, mlp.c_proj     [B, T, n_out]
 
 
 #: The clear kernels: the functions above, the forward pass as the equations write it.
-CLEAR = Kernels(attend, activation, layernorm, head)
+CLEAR = Kernels(attend, activation, layernorm, head, linear)

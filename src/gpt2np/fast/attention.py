@@ -36,6 +36,7 @@ import numpy as np
 
 from ..layers import RECORD_NOTHING, Recorder, attend, masked_score
 from . import threads as parallel
+from .blas import single_threaded
 
 __all__ = ["QUERIES", "TILE_MACS", "attend_tiled"]
 
@@ -95,7 +96,8 @@ def attend_tiled(
         _attend_heads(q[b, h], k[b, h], v[b, h], hb, out[b, h], blocks, first, kt)
 
     n = parallel.threads() if B * H * T * S >= THREADED_SCORES else 1
-    parallel.run(heads, _parts(B, H, n))
+    with single_threaded():  # gpt2np's threads own the cores (gpt2np.fast.blas)
+        parallel.run(heads, _parts(B, H, n))
     return out
 
 

@@ -18,7 +18,7 @@ import itertools
 import os
 import threading
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from queue import SimpleQueue
 from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
@@ -34,7 +34,7 @@ R = TypeVar("R")
 _ENV_LIMITS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 _threads: Optional[int] = None  # None: default_threads()
-_pool: Optional[ThreadPoolExecutor] = None
+_pool: Optional[_Workers] = None
 _pool_key: tuple[int, int] = (0, 0)  # (pid, workers) the pool was made for
 _lock = threading.Lock()
 
@@ -79,7 +79,33 @@ def set_threads(n: Optional[int]) -> None:
     _threads = n
 
 
-def _executor(workers: int) -> ThreadPoolExecutor:
+class _Workers:
+    """``n`` daemon threads that run the tasks put on one queue, one at a time each.
+
+    Lighter than :class:`concurrent.futures.ThreadPoolExecutor` (no Future, no Condition per
+    task: a hand-over is a put on a C queue), which matters to a decode step: it hands work
+    over about fifty times. A pool replaced by another (a new thread count) is told to stop.
+    """
+
+    def __init__(self, n: int) -> None:
+        self.tasks: SimpleQueue[Optional[Callable[[], None]]] = SimpleQueue()
+        for i in range(n):
+            threading.Thread(target=self._serve, name=f"gpt2np-{i}", daemon=True).start()
+        self.n = n
+
+    def _serve(self) -> None:
+        while (task := self.tasks.get()) is not None:
+            task()
+
+    def submit(self, task: Callable[[], None]) -> None:
+        self.tasks.put(task)
+
+    def stop(self) -> None:
+        for _ in range(self.n):
+            self.tasks.put(None)
+
+
+def _executor(workers: int) -> _Workers:
     """The shared pool of ``workers`` threads, made anew after a fork (a forked child has none
     of its parent's threads, and a pool that thinks it has would never run anything)."""
     global _pool, _pool_key
@@ -87,8 +113,8 @@ def _executor(workers: int) -> ThreadPoolExecutor:
     with _lock:
         if _pool is None or _pool_key != key:
             if _pool is not None and _pool_key[0] == key[0]:
-                _pool.shutdown(wait=False)
-            _pool = ThreadPoolExecutor(workers, thread_name_prefix="gpt2np")
+                _pool.stop()
+            _pool = _Workers(workers)
             _pool_key = key
         return _pool
 
@@ -107,8 +133,9 @@ def run(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
         return [fn(item) for item in items]
     results: list[Any] = [None] * len(items)  # each None becomes fn's R before it is returned
     errors: list[BaseException] = []
-    taken = itertools.count()  # next() on it is atomic under the GIL
-    finished = threading.Semaphore(0)
+    taken, finished = itertools.count(), itertools.count(1)  # next() is atomic under the GIL
+    all_done = threading.Lock()  # held until the last item finishes
+    all_done.acquire()
 
     def work() -> None:
         # Waiting below is for the items, not for this task: a task that starts after the
@@ -120,14 +147,14 @@ def run(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
             except BaseException as e:  # re-raised in the caller (Ctrl-C included)
                 errors.append(e)
             finally:
-                finished.release()
+                if next(finished) == len(items):
+                    all_done.release()
 
     pool = _executor(threads() - 1)
     for _ in range(n - 1):
         pool.submit(work)
     work()
-    for _ in items:
-        finished.acquire()
+    all_done.acquire()
     if errors:
         raise errors[0]
     return results

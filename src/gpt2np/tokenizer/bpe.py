@@ -14,9 +14,12 @@ Text becomes token ids in three steps (Radford et al. 2019, sec. 2.2; OpenAI's
    key of ``encoder.json``, whose value is the token id.
 
 :func:`bpe` is the clear version: it rescans every pair after each merge, so a piece of n bytes
-costs O(n²). :func:`bpe_fast` is its twin on token ids with a priority queue of pairs,
-O(n log n), tested equal to it; the tokenizer uses the fast one. The files themselves are read
-and checked in :mod:`gpt2np.tokenizer.vocab`.
+costs O(n²). :func:`bpe_fast` is its twin on token ids, O(n log n), tested equal to it; the
+tokenizer uses the fast one. It takes one of three routes by the piece's length: a list scan for
+a word, a heap of pairs for a longer piece, and for a long one (a page of text with no space,
+megabytes of CJK) :func:`bpe_rounds`, which holds the piece in NumPy arrays and does each round
+of merges as a few array operations. The files themselves are read and checked in
+:mod:`gpt2np.tokenizer.vocab`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import re
 from collections.abc import Iterator
 from typing import NamedTuple
 
+import numpy as np
 import regex
 
 __all__ = [
@@ -33,6 +37,7 @@ __all__ = [
     "MergeTable",
     "bpe",
     "bpe_fast",
+    "bpe_rounds",
     "bytes_to_unicode",
     "last_cut",
     "merge_pair",
@@ -118,12 +123,14 @@ class MergeTable(NamedTuple):
     """``vocab.bpe`` in integers, for :func:`bpe_fast`.
 
     ``ranks[left * width + right]`` is the rank of the pair of token ids (left, right) (one int
-    key hashes faster than a tuple); ``merged[rank]`` is the id of the token the pair makes.
+    key hashes faster than a tuple); ``merged[rank]`` is the id of the token the pair makes;
+    ``arrays`` is the same in NumPy arrays, for :func:`bpe_rounds`.
     """
 
     ranks: dict[int, int]
     merged: list[int]
     width: int
+    arrays: PairArrays
 
     @classmethod
     def build(cls, merges: list[Pair], encoder: dict[str, int]) -> MergeTable:
@@ -132,28 +139,95 @@ class MergeTable(NamedTuple):
         ranks = {
             encoder[left] * width + encoder[right]: r for r, (left, right) in enumerate(merges)
         }
-        return cls(ranks, [encoder[left + right] for left, right in merges], width)
+        merged = [encoder[left + right] for left, right in merges]
+        return cls(ranks, merged, width, PairArrays.build(ranks, merged, width))
+
+
+#: What :class:`PairArrays` answers for a pair that no merge lists.
+NO_RANK = np.iinfo(np.int32).max
+
+
+class PairArrays(NamedTuple):
+    """The merge table as arrays: rank r merges ``first[r]`` and ``second[r]`` into
+    ``merged[r]``, and :meth:`rank` finds the ranks of many pairs at once in a hash table
+    (open addressing, linear probing) of pair keys ``left * width + right``."""
+
+    first: np.ndarray  # int64 [K]
+    second: np.ndarray  # int64 [K]
+    merged: np.ndarray  # int64 [K]
+    width: int
+    keys: np.ndarray  # int64 [slots]: a pair's key, or -1 for an empty slot
+    slot_ranks: np.ndarray  # int32 [slots]
+    shift: int  # a key's first slot is the top bits of key * _GOLDEN: (key * _GOLDEN) >> shift
+
+    @classmethod
+    def build(cls, ranks: dict[int, int], merged: list[int], width: int) -> PairArrays:
+        K = len(merged)
+        key = np.fromiter(ranks, np.int64, len(ranks))
+        rank = np.fromiter(ranks.values(), np.int64, len(ranks))
+        first, second = np.zeros(K, np.int64), np.zeros(K, np.int64)
+        first[rank], second[rank] = key // width, key % width
+        bits = max(4, int(2 * len(key)).bit_length())  # at most half full
+        shift = 64 - bits
+        home = _home(key, shift)
+        order = np.argsort(home, kind="stable")
+        # Linear probing without wrapping around: in order of first slot, each key takes the
+        # first free slot at or after its own, i.e. slot_i = max(home_i, slot_{i-1} + 1).
+        n = np.arange(len(key))
+        slot = np.maximum.accumulate(home[order] - n) + n if len(key) else n
+        keys = np.full((1 << bits) + len(key) + 1, -1, np.int64)  # room to run past the end
+        slot_ranks = np.full(len(keys), NO_RANK, np.int32)
+        keys[slot], slot_ranks[slot] = key[order], rank[order]
+        return cls(first, second, np.asarray(merged, np.int64), width, keys, slot_ranks, shift)
+
+    def rank(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+        """The ranks of the pairs (left[i], right[i]), NO_RANK where there is none.  -> int32"""
+        key = left.astype(np.int64) * self.width + right
+        slot = _home(key, self.shift)
+        out = np.full(len(key), NO_RANK, np.int32)
+        todo = np.arange(len(key))
+        while len(todo):
+            found = self.keys[slot]
+            hit = found == key
+            out[todo[hit]] = self.slot_ranks[slot[hit]]
+            going = ~hit & (found != -1)  # neither this key nor an empty slot: probe on
+            todo, key, slot = todo[going], key[going], slot[going] + 1
+        return out
+
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # 2^64 / golden ratio: spreads nearby keys apart
+
+
+def _home(key: np.ndarray, shift: int) -> np.ndarray:
+    """A key's first slot in a table of 2^(64 - shift) slots (Fibonacci hashing)."""
+    with np.errstate(over="ignore"):
+        return ((key.astype(np.uint64) * _GOLDEN) >> np.uint64(shift)).astype(np.int64)
 
 
 def bpe_fast(ids: list[int], table: MergeTable) -> list[int]:
     """:func:`bpe` on token ids: the same merges in the same order, in O(n log n).
 
     ``ids`` are one piece's byte tokens; the list is consumed. Short pieces (most words) take a
-    list scan whose steps run in C; longer ones a heap, so no piece costs O(n²).
+    list scan whose steps run in C; longer ones a heap, so no piece costs O(n²); long ones
+    :func:`bpe_rounds`.
     """
     if len(ids) <= SHORT_PIECE:
         return _bpe_scan(ids, table)
-    return _bpe_heap(ids, table)
+    if len(ids) < LONG_PIECE:
+        return _bpe_heap(ids, table)
+    merged: list[int] = bpe_rounds(np.asarray(ids, np.int64), table).tolist()
+    return merged
 
 
-#: Pieces of up to this many bytes are merged by a list scan, longer ones with a heap.
-SHORT_PIECE = 32
+#: Pieces of up to SHORT_PIECE bytes are merged by a list scan, shorter than LONG_PIECE with a
+#: heap, longer ones in arrays by :func:`bpe_rounds` (where it became the faster, measured).
+SHORT_PIECE, LONG_PIECE = 32, 1 << 16
 _NO_RANK = 1 << 62
 
 
 def _bpe_scan(ids: list[int], table: MergeTable) -> list[int]:
     """:func:`bpe` with each adjacent pair's rank kept in a list, updated at each merge."""
-    ranks, merged, width = table
+    ranks, merged, width, _ = table
     get = ranks.get
     pair_ranks = [get(ids[i] * width + ids[i + 1], _NO_RANK) for i in range(len(ids) - 1)]
     while pair_ranks:
@@ -161,14 +235,18 @@ def _bpe_scan(ids: list[int], table: MergeTable) -> list[int]:
         if best == _NO_RANK:
             break
         joined = merged[best]
-        while best in pair_ranks:  # every occurrence, leftmost first (a merge makes no new one)
-            i = pair_ranks.index(best)
-            ids[i : i + 2] = [joined]
-            del pair_ranks[i]
+        i = pair_ranks.index(best)
+        while True:  # every occurrence, leftmost first (a merge makes no new one before it)
+            ids[i] = joined
+            del ids[i + 1], pair_ranks[i]
             if i < len(pair_ranks):
                 pair_ranks[i] = get(joined * width + ids[i + 1], _NO_RANK)
             if i:
                 pair_ranks[i - 1] = get(ids[i - 1] * width + joined, _NO_RANK)
+            try:
+                i = pair_ranks.index(best, i + 1)
+            except ValueError:
+                break
     return ids
 
 
@@ -181,7 +259,7 @@ def _bpe_heap(ids: list[int], table: MergeTable) -> list[int]:
     that ranks lower still waits for the round's end, when :func:`bpe` would first see it.
     """
     n = len(ids)
-    ranks, merged, width = table
+    ranks, merged, width, _ = table
     get = ranks.get
     after = list(range(1, n + 1))  # position of the next symbol (n: none)
     before = list(range(-1, n - 1))  # position of the previous symbol (-1: none)
@@ -221,6 +299,145 @@ def _bpe_heap(ids: list[int], table: MergeTable) -> list[int]:
         out.append(ids[p])
         p = after[p]
     return out
+
+
+def bpe_rounds(ids: np.ndarray, table: MergeTable) -> np.ndarray:
+    """:func:`bpe` on a long piece held in arrays, each round of merges a few array operations.
+                                                                    int [n] -> int64 [m]
+
+    The symbols form a linked list over their starting positions (``after``, ``before``; a
+    merged-away position holds -1). The pairs seen so far wait under their rank (``waiting[r]``:
+    arrays of the positions where pair r was seen; some are stale by the time r comes), with a
+    heap of the ranks that have any. A round takes the lowest rank, keeps the positions where
+    that pair still is, in order, merges them all at once (in a run of one symbol, (a, a) pairs
+    every other one from the left, as :func:`merge_pair` does) and files the pairs the merges
+    make under their ranks: as :func:`bpe`, it sees them from the next round on. Memory is a
+    few arrays of n numbers; no Python object per byte.
+    """
+    arrays = table.arrays
+    n = len(ids)
+    index: type = np.int32 if n < 1 << 30 else np.int64  # positions: 4 bytes when they fit
+    sym: np.ndarray = np.empty(n + 1, np.int32 if arrays.width < 1 << 31 else np.int64)
+    sym[:n], sym[n] = ids, -2  # position n: past the end, a symbol no pair has
+    if n < 2:
+        return sym[:n].astype(np.int64)
+    waiting = _first_pairs(sym[:n], arrays, index)
+    heap = sorted(waiting)
+    after: np.ndarray = np.arange(1, n + 2, dtype=index)
+    before: np.ndarray = np.arange(-1, n, dtype=index)
+    after[n] = n  # before[n]: scratch
+    while heap:
+        rank = heapq.heappop(heap)
+        p = _to_merge(waiting.pop(rank), arrays.first[rank], arrays.second[rank], sym, after)
+        if len(p):
+            q = after[p]  # merged into p
+            sym[p], sym[q] = arrays.merged[rank], -1
+            after[p] = after[q]
+            before[after[q]] = p
+            _file_new_pairs(p, sym, after, before, arrays, waiting, heap)
+    return sym[:n][sym[:n] >= 0].astype(np.int64)
+
+
+def _first_pairs(sym: np.ndarray, arrays: PairArrays, index: type) -> dict[int, list[np.ndarray]]:
+    """rank -> [positions of that pair in sym, ascending] for the pairs of the initial symbols:
+    the ranks of the few distinct pairs of distinct symbols (bytes) looked up once."""
+    if sym.min() >= 0 and sym.max() < 1 << 16:  # counting instead of sorting n numbers
+        present = np.flatnonzero(np.bincount(sym))
+        number = np.zeros(int(present[-1]) + 1, np.int64)
+        number[present] = np.arange(len(present))
+        inverse = number[sym]
+    else:
+        present, inverse = np.unique(sym, return_inverse=True)
+    u = len(present)
+    dense = arrays.rank(np.repeat(present, u), np.tile(present, u)).reshape(u, u)
+    ranks = dense[inverse[:-1], inverse[1:]]  # [n - 1]
+    del inverse
+    positions: np.ndarray = np.flatnonzero(ranks != NO_RANK).astype(index)
+    ranks = ranks[positions]
+    if not len(ranks) or ranks.min() == ranks.max():  # one pair everywhere ("aaaa…")
+        return {int(ranks[0]): [positions]} if len(ranks) else {}
+    if len(arrays.merged) < 1 << 16:  # NumPy sorts 16-bit numbers by radix: O(n)
+        order = np.argsort(ranks.astype(np.uint16), kind="stable")
+    else:
+        order = np.argsort(ranks, kind="stable")
+    return _by_rank(ranks[order], positions[order])
+
+
+def _by_rank(ranks: np.ndarray, positions: np.ndarray) -> dict[int, list[np.ndarray]]:
+    """Positions grouped by their rank, for ranks sorted (and positions ascending in each)."""
+    edges = [0, *(np.flatnonzero(ranks[1:] != ranks[:-1]) + 1).tolist(), len(ranks)]
+    return {int(ranks[a]): [positions[a:z]] for a, z in zip(edges[:-1], edges[1:]) if z > a}
+
+
+def _to_merge(
+    found: list[np.ndarray], first: int, second: int, sym: np.ndarray, after: np.ndarray
+) -> np.ndarray:
+    """Of the positions where pair (first, second) was filed, those where it still is and that
+    :func:`merge_pair` merges, ascending: in a run of one symbol (aaaa: the pair (a, a) at 0,
+    1, 2) every other one from the left. FILE_CHUNK positions at a time, the run carried over.
+    """
+    p = found[0] if len(found) == 1 else np.concatenate(found)
+    if len(p) > 1 and (p[1:] < p[:-1]).any():
+        p = np.sort(p, kind="stable")  # a merge of the sorted runs filed by earlier rounds
+    kept, last, last_kept = [], -1, False  # the last place the pair was, and if it merges
+    for c0 in range(0, len(p), FILE_CHUNK):
+        c = p[c0 : c0 + FILE_CHUNK]
+        c = c[(sym[c] == first) & (sym[after[c]] == second)]
+        c = c[np.concatenate([[c[0] != last], c[1:] != c[:-1]])] if len(c) else c  # filed twice
+        if not len(c):
+            continue
+        if first == second:
+            follows = np.empty(len(c), bool)  # the pair is the run's next after the one before
+            follows[0], follows[1:] = c[0] == after[last], c[1:] == after[c[:-1]]
+            i = np.arange(len(c))
+            run_start = np.where(follows, -2, i)  # -2: not a start; the maximum carries the last
+            run_start[0] = -1 if follows[0] and last_kept else 0
+            merges = (i - np.maximum.accumulate(run_start)) % 2 == 0
+            last, last_kept = int(c[-1]), bool(merges[-1])
+            c = c[merges]
+        else:
+            last = int(c[-1])
+        kept.append(c)
+    return np.concatenate(kept) if kept else p[:0]
+
+
+def _file_new_pairs(
+    p: np.ndarray,
+    sym: np.ndarray,
+    after: np.ndarray,
+    before: np.ndarray,
+    arrays: PairArrays,
+    waiting: dict[int, list[np.ndarray]],
+    heap: list[int],
+) -> None:
+    """File the pairs that the symbols just made at positions p form with their neighbours,
+    FILE_CHUNK merges at a time (so that a round of millions of merges needs no more memory
+    than a few arrays of that size). A pair of two new symbols is filed twice; the round that
+    takes it drops the second."""
+    n = len(sym) - 1
+    for c0 in range(0, len(p), FILE_CHUNK):
+        chunk = p[c0 : c0 + FILE_CHUNK]
+        left = before[chunk]
+        at = np.concatenate([left[left >= 0], chunk[after[chunk] < n]])  # where each pair starts
+        ranks = arrays.rank(sym[at], sym[after[at]])
+        at, ranks = at[ranks != NO_RANK], ranks[ranks != NO_RANK]
+        if not len(at):
+            continue
+        if ranks.min() == ranks.max():  # often, in the long rounds: one new pair everywhere
+            groups = {int(ranks[0]): [at]}
+        else:
+            order = np.argsort(ranks, kind="stable")
+            groups = _by_rank(ranks[order], at[order])
+        for rank, positions in groups.items():
+            if rank in waiting:
+                waiting[rank].extend(positions)
+            else:
+                waiting[rank] = positions
+                heapq.heappush(heap, rank)
+
+
+#: Merges whose new pairs :func:`bpe_rounds` looks up at a time.
+FILE_CHUNK = 1 << 18
 
 
 # Where PATTERN always cuts: between a non-space character and a space character (\s, as

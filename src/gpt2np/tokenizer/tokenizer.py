@@ -40,7 +40,16 @@ import numpy as np
 import numpy.typing as npt
 import regex
 
-from .bpe import MergeTable, bpe_fast, bytes_to_unicode, last_cut, pretokenize, split_text
+from .bpe import (
+    LONG_PIECE,
+    MergeTable,
+    bpe_fast,
+    bpe_rounds,
+    bytes_to_unicode,
+    last_cut,
+    pretokenize,
+    split_text,
+)
 from .hf_json import read_tokenizer_json
 from .unstable import completions_of
 from .vocab import ENDOFTEXT, parse_vocabulary, read_vocabulary
@@ -164,6 +173,7 @@ class Tokenizer:
         byte_to_symbol = bytes_to_unicode()
         self._byte_ids = [encoder[byte_to_symbol[b]] for b in range(256)]
         self._byte_table = bytes(self._byte_ids) if max(self._byte_ids) < 256 else None
+        self._byte_id_array = np.asarray(self._byte_ids, np.int32)
         # id -> bytes, for decoding. Special tokens decode to their own text, as in tiktoken.
         to_latin1 = str.maketrans({s: chr(b) for b, s in byte_to_symbol.items()})
         self._token_bytes = [b""] * len(encoder)
@@ -460,7 +470,12 @@ class Tokenizer:
 
     def _bpe_bytes(self, data: bytes) -> list[int]:
         """BPE of ``data`` as one piece, without pre-tokenising (any bytes, UTF-8 or not):
-        tiktoken's ``byte_pair_encode``."""
+        tiktoken's ``byte_pair_encode``. A long piece is merged in arrays (bpe_rounds), not as
+        a list of a Python int per byte."""
+        if len(data) >= LONG_PIECE:
+            ids_array = self._byte_id_array[np.frombuffer(data, np.uint8)]
+            rounds: list[int] = bpe_rounds(ids_array, self._table).tolist()
+            return rounds
         if self._byte_table is not None:  # bytes -> their tokens' ids in one C call
             ids = list(data.translate(self._byte_table))
         else:
