@@ -6,24 +6,44 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 SCRIPTS = pathlib.Path(__file__).parent.parent / "scripts"
 
 
-def test_bench_vs_torch_without_torch_is_one_clear_line() -> None:
-    """Without torch, `bench.py --vs-torch` says in one line what to install, before building a
-    model, with no traceback. torch is hidden here whether or not it is installed."""
+@pytest.mark.parametrize(
+    ("flag", "hidden", "message", "install"),
+    [
+        (
+            "--vs-torch",
+            "torch",
+            "--vs-torch needs PyTorch and HF transformers",
+            "pip install torch==2.13.0",
+        ),
+        (
+            "--vs-ort",
+            "onnxruntime",
+            "--vs-ort needs PyTorch, ONNX and ONNX Runtime",
+            'pip install -e ".[bench]"',
+        ),
+    ],
+)
+def test_bench_without_a_peer_is_one_clear_line(flag, hidden, message, install) -> None:
+    """Without the peer's package, `bench.py --vs-torch` / `--vs-ort` says in one line what to
+    install, before building a model, with no traceback. The package is hidden here whether or
+    not it is installed."""
     code = (
         "import runpy, sys\n"
-        "sys.modules['torch'] = None  # import torch now raises ImportError\n"
-        "sys.argv = ['bench.py', '--vs-torch']\n"
+        f"sys.modules[{hidden!r}] = None  # importing it now raises ImportError\n"
+        f"sys.argv = ['bench.py', {flag!r}]\n"
         f"runpy.run_path({str(SCRIPTS / 'bench.py')!r}, run_name='__main__')\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and proc.stdout == ""
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert lines[0].startswith("bench.py: error: --vs-torch needs PyTorch and HF transformers")
-    assert "pip install torch==2.13.0" in lines[0]
+    assert lines[0].startswith(f"bench.py: error: {message}")
+    assert install in lines[0]
 
 
 def test_lint_docs_passes_here_and_names_a_readme_whose_command_ci_does_not_run(
@@ -44,20 +64,3 @@ def test_lint_docs_passes_here_and_names_a_readme_whose_command_ci_does_not_run(
     found = lint["findings"]()
     assert any("lacks the test command" in f for f in found)
     assert any("lines, over 360" in f for f in found)
-
-
-def test_bench_vs_ort_without_onnxruntime_is_one_clear_line() -> None:
-    """Without ONNX Runtime, `bench.py --vs-ort` says in one line what to install (the bench
-    extra), before building any model."""
-    code = (
-        "import runpy, sys\n"
-        "sys.modules['onnxruntime'] = None  # import onnxruntime now raises ImportError\n"
-        "sys.argv = ['bench.py', '--vs-ort']\n"
-        f"runpy.run_path({str(SCRIPTS / 'bench.py')!r}, run_name='__main__')\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1 and proc.stdout == ""
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert lines[0].startswith("bench.py: error: --vs-ort needs PyTorch, ONNX and ONNX Runtime")
-    assert 'pip install -e ".[bench]"' in lines[0]
