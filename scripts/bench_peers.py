@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -179,7 +180,11 @@ def _leaves(tree: Any, prefix: str = "") -> list[tuple[str, np.ndarray]]:
 
 def export_onnx(model: gpt2np.GPT2, path: Path) -> None:
     """Export :class:`TorchGPT2` with the model's weights to ``path`` (ONNX opset 20, whose Gelu
-    ORT runs as one kernel; batch, new tokens and past length dynamic)."""
+    ORT runs as one kernel; batch, new tokens and past length dynamic).
+
+    A model past protobuf's 2 GB limit is written with its weights as files beside the graph,
+    named by the exporter (``_Constant_13_attr__value``, ...), so each export gets a directory
+    of its own: made under a temporary name and renamed whole when the export is complete."""
     import torch
 
     L, H, Dh = model.hparams.n_layer, model.hparams.n_head, model.hparams.d_head
@@ -190,21 +195,27 @@ def export_onnx(model: gpt2np.GPT2, path: Path) -> None:
     axes |= {name: {0: "B", 2: "P"} for name in pasts}
     axes |= {name: {0: "B", 2: "S"} for name in presents}
     module = torch_module(model.params, model.hparams)
-    tmp = path.with_suffix(".tmp")
-    with torch.no_grad():
-        torch.onnx.export(
-            module, (torch.zeros(1, 2, dtype=torch.int64), torch.tensor(0), *past), str(tmp),
-            input_names=["input_ids", "first_logit", *pasts], output_names=["logits", *presents],
-            dynamic_axes=axes, opset_version=20, dynamo=False,
-        )  # fmt: skip
-    os.replace(tmp, path)
+    tmp = Path(tempfile.mkdtemp(prefix=path.parent.name + ".", dir=path.parent.parent))
+    try:
+        with torch.no_grad():
+            torch.onnx.export(
+                module, (torch.zeros(1, 2, dtype=torch.int64), torch.tensor(0), *past),
+                str(tmp / path.name),
+                input_names=["input_ids", "first_logit", *pasts],
+                output_names=["logits", *presents],
+                dynamic_axes=axes, opset_version=20, dynamo=False,
+            )  # fmt: skip
+        os.replace(tmp, path.parent)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # an export that failed leaves nothing
 
 
 def ort_engine(model: gpt2np.GPT2, threads: int, seed: int) -> tuple[dict[str, Any], str]:
     import onnxruntime as ort
 
     hp = model.hparams
-    path = Path(tempfile.gettempdir()) / f"gpt2np-bench-{hp.n_layer}x{hp.n_embd}-seed{seed}.onnx"
+    export = f"gpt2np-bench-{hp.n_layer}x{hp.n_embd}-seed{seed}"
+    path = Path(tempfile.gettempdir()) / export / "model.onnx"
     if not path.exists():  # exported once per shape and seed (about a minute for 124M)
         export_onnx(model, path)
     options = ort.SessionOptions()

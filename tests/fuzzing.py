@@ -15,9 +15,10 @@ The verdict of a case is one of
   (no answer within the case timeout: the worker is killed), a crash or a MemoryError (the
   worker's address space is capped with ``resource.setrlimit``).
 
-A worker runs many cases in turn (``python tests/fuzzing.py --worker``, reading one JSON case a
-line and answering one JSON verdict a line); :func:`run` keeps one worker busy, replaces it when
-it hangs or dies, and stops at a time budget.
+A worker runs many cases in turn (``python tests/fuzzing.py --worker DIR``, reading one JSON case
+a line and answering one JSON verdict a line); :func:`run` keeps one worker busy, replaces it
+when it hangs or dies, and stops at a time budget. Each worker writes only inside its own
+directory (its TMPDIR too), which the runner removes when the worker ends.
 
 Adding a target (a golden file for ``gpt2np compare``, say): decorate a check function with
 ``@target(name, fixture, files)``. ``fixture`` is a directory to copy (or a function making the
@@ -306,19 +307,16 @@ def _first_words(e: BaseException) -> str:
 # --- the worker and the runner ----------------------------------------------------------------
 
 
-def worker() -> None:
-    """Answer cases from stdin until it closes (see the module docstring)."""
+def worker(root: pathlib.Path) -> None:
+    """Answer cases from stdin until it closes (see the module docstring), working in ``root``,
+    which the runner made and removes (a worker that hangs is killed, and cleans nothing)."""
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
     import fuzz_targets  # noqa: F401  (registers the targets)
 
-    root = pathlib.Path(tempfile.mkdtemp(prefix="gpt2np-fuzz-"))
-    try:
-        for line in sys.stdin:
-            case = json.loads(line)
-            os.environ["GPT2NP_HOME"] = str(root / "home")
-            print(json.dumps(run_case(case["target"], case["seed"], root)), flush=True)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    for line in sys.stdin:
+        case = json.loads(line)
+        os.environ["GPT2NP_HOME"] = str(root / "home")
+        print(json.dumps(run_case(case["target"], case["seed"], root)), flush=True)
 
 
 @dataclasses.dataclass
@@ -341,10 +339,16 @@ class Report:
 
 
 class _Worker:
+    """A worker process and its directory: every file it writes, its temporary files too
+    (TMPDIR), is inside ``root``, which :meth:`close` removes after killing it."""
+
     def __init__(self) -> None:
+        self.root = pathlib.Path(tempfile.mkdtemp(prefix="gpt2np-fuzz-"))
+        (self.root / "tmp").mkdir()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), *sys.path]))
+        env["TMPDIR"] = str(self.root / "tmp")
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", str(HERE / "fuzzing.py"), "--worker"],
+            [sys.executable, "-u", str(HERE / "fuzzing.py"), "--worker", str(self.root)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, env=env,
         )  # fmt: skip
@@ -369,6 +373,7 @@ class _Worker:
         self.proc.kill()
         self.proc.wait()
         self.sel.close()
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def run(name: str, seconds: float, first_seed: int = 0, max_cases: int | None = None) -> Report:
@@ -402,8 +407,8 @@ def run(name: str, seconds: float, first_seed: int = 0, max_cases: int | None = 
 
 
 def main(argv: list[str]) -> None:
-    if argv == ["--worker"]:
-        worker()
+    if argv[:1] == ["--worker"]:
+        worker(pathlib.Path(argv[1]))
         return
     # python tests/fuzzing.py TARGET SEED: one case, here, with its traceback
     import fuzz_targets  # noqa: F401

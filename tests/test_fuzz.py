@@ -54,3 +54,16 @@ def test_fuzz_smoke(name):
     report = run(name, seconds=60, first_seed=10**6, max_cases=cases)
     assert report.cases == cases
     judge(report)
+
+
+def test_the_runner_leaves_nothing_in_the_temporary_directory(tmp_path, monkeypatch):
+    """The workers are killed when done (and when they hang), so they cannot clean up after
+    themselves: the runner removes each worker's directory, the worker's own temporary files
+    (the CLI target's saved model) included."""
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    for name in ("cli-devices", "hf"):
+        assert run(name, seconds=60, first_seed=10**6, max_cases=2).cases == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
