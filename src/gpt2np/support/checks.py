@@ -12,12 +12,15 @@ import numbers
 import operator
 from typing import Any, Optional
 
+import numpy as np
+
 __all__ = ["check_int", "check_real", "is_int"]
 
 
 def is_int(value: Any) -> bool:
-    """An integer: a Python int or a NumPy integer (anything with ``__index__``), not a bool."""
-    if isinstance(value, (bool, float)):
+    """An integer: a Python int or a NumPy integer (anything with ``__index__``), not a bool
+    (NumPy before 1.25 gives ``np.bool_`` an ``__index__``, deprecated)."""
+    if isinstance(value, (bool, float, np.bool_)):
         return False
     try:
         operator.index(value)
