@@ -225,12 +225,14 @@ def test_pair_arrays_find_every_rank_and_no_other(gpt2) -> None:
     assert (got == bpe.NO_RANK).all()
 
 
+@pytest.mark.parametrize("how", ["encode_ordinary", "encode_stream"])
 @pytest.mark.parametrize("kind", ["a", "cjk", "letters"])
-def test_a_long_piece_is_merged_in_arrays_with_bounded_memory(gpt2, kind) -> None:
+def test_a_long_piece_is_merged_in_arrays_with_bounded_memory(gpt2, kind, how) -> None:
     """A piece of 1 MiB (one word with no space, as a single-piece text has) is merged by
     bpe_rounds in arrays: what Python allocates meanwhile stays a small multiple of the piece
     (the heap, with Python ints per byte, took 93-132 bytes per byte), and the ids equal the
-    heap's."""
+    heap's. The same holds for encode_stream fed the piece in 64 KiB chunks (a file read in
+    blocks), which holds the piece back until its end."""
     import tracemalloc
 
     from gpt2np.tokenizer.tokenizer import Tokenizer
@@ -243,9 +245,13 @@ def test_a_long_piece_is_merged_in_arrays_with_bounded_memory(gpt2, kind) -> Non
         "letters": "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=n)),
     }[kind]
     tok = Tokenizer()
+    chunks = [piece[i : i + (1 << 16)] for i in range(0, len(piece), 1 << 16)]
     tracemalloc.start()
     try:
-        ids = tok.encode_ordinary(piece)
+        if how == "encode_ordinary":
+            ids = tok.encode_ordinary(piece)
+        else:
+            ids = [i for part in tok.encode_stream(iter(chunks)) for i in part]
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

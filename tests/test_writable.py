@@ -154,6 +154,7 @@ def test_a_checkpoint_overwritten_in_place_changes_a_mapped_model_not_a_private_
     assert not np.array_equal(mapped.params["wte"], before)  # the loaded model changed
     np.testing.assert_array_equal(private.params["wte"], before)
     readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text()
-    for doc in (inspect.getdoc(gpt2np.load), readme):
+    loading = (pathlib.Path(__file__).parent.parent / "docs" / "loading.md").read_text()
+    for doc in (inspect.getdoc(gpt2np.load), readme, loading):
         assert "overwritten in place" in doc or "overwriting a loaded checkpoint" in doc
         assert "SIGBUS" in doc and "mmap=False" in doc
