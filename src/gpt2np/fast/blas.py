@@ -29,6 +29,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Callable, Optional
 
+from ..support.checks import check_int
+
 __all__ = ["available", "blas_threads", "set_blas_threads", "single_threaded"]
 
 #: (set, get) symbol names: NumPy's wheels (scipy-openblas, 64-bit and 32-bit integers), then
@@ -86,10 +88,7 @@ def blas_threads() -> Optional[int]:
 def set_blas_threads(n: int) -> None:
     """Set OpenBLAS's thread count for NumPy's products outside the fast kernels (a no-op
     without OpenBLAS). Inside a kernel it is one until the kernel returns."""
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"threads must be an int, got {n!r}")
-    if n < 1:
-        raise ValueError(f"threads must be at least 1, got {n}")
+    n = check_int("threads", n, minimum=1)
     global _saved
     found = _find()
     with _lock:

@@ -23,6 +23,8 @@ from typing import Any, Callable, Optional, TypeVar
 
 import numpy as np
 
+from ..support.checks import check_int
+
 __all__ = ["THREADED_NUMBERS", "default_threads", "run", "set_threads", "share_rows", "threads"]
 
 #: Numbers below which one thread does the whole array (a hand-over costs tens of µs).
@@ -72,11 +74,7 @@ def threads() -> int:
 def set_threads(n: Optional[int]) -> None:
     """Use ``n`` threads from now on (1: none besides the caller); None: the default again."""
     global _threads
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int)):
-        raise TypeError(f"threads must be an int or None, got {n!r}")
-    if n is not None and n < 1:
-        raise ValueError(f"threads must be at least 1, got {n}")
-    _threads = n
+    _threads = None if n is None else check_int("threads", n, minimum=1)
 
 
 class _Workers:
