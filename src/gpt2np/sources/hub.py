@@ -105,7 +105,8 @@ class Snapshot:
     """A repository's files at one commit: ``files`` name -> local path, verified.
 
     ``hf_cache`` lists the files taken from huggingface_hub's cache; ``offline`` says why the
-    network was not used (None if it was)."""
+    network was not used (None if it was); ``unknown``, the tokenizer files that cache neither
+    holds nor records absent when it holds no tokenizer (see :meth:`missing_tokenizer`)."""
 
     repo: str
     revision: str
@@ -113,6 +114,19 @@ class Snapshot:
     files: Mapping[str, pathlib.Path]
     hf_cache: tuple[str, ...] = ()
     offline: Optional[str] = None
+    unknown: tuple[str, ...] = ()
+
+    def missing_tokenizer(self) -> Optional[str]:
+        """Why the snapshot has no tokenizer to give, naming the files to fetch; None when it
+        has one, or when the repository has none (GPT-2's vocabulary is then GPT-2's)."""
+        if not self.unknown:
+            return None
+        return (
+            f"{self.repo} at commit {self.commit} was read offline ({self.offline}) from "
+            f"huggingface_hub's cache, which holds its model but no tokenizer: fetch vocab.json "
+            f"and merges.txt (or tokenizer.json) of it, e.g. `hf download {self.repo} vocab.json "
+            f"merges.txt --revision {self.commit}`, or load it once online; token ids still work"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
