@@ -61,6 +61,7 @@ from . import http as _fetch
 
 if TYPE_CHECKING:  # imported where a request is made: `gpt2np --version` need not load it
     import requests
+from . import session as _session
 from .hub_snapshots import (
     COMMIT,
     CONFIG,
@@ -78,7 +79,7 @@ from .hub_snapshots import (
     is_ref_name,
 )
 from .openai import _Lock
-from .session import same_origin
+from .session import deadline, expired, same_origin
 
 __all__ = [
     "DEFAULT_ENDPOINT",
@@ -137,6 +138,13 @@ class _Meta:
     etag: str
     size: Optional[int]
     location: str
+
+
+def meta_deadline() -> float:
+    """The longest the metadata of one file may take, across its redirects and retries: what
+    ATTEMPTS silent answers and their backoff take (4 × 15 s + 3.5 s ≈ 64 s)."""
+    backoff = _fetch.BACKOFF_SECONDS * (2 ** (_fetch.ATTEMPTS - 1) - 1)
+    return _fetch.ATTEMPTS * _session.HEAD_DEADLINE + backoff
 
 
 def is_repo_id(text: str) -> bool:
@@ -337,16 +345,18 @@ class _Fetcher:
     def head(self, name: str, revision: str, fallback: bool = False) -> Optional[_Meta]:
         """The metadata of ``name``, or None if the repository has no such file. Same-origin
         redirects (a renamed repository) are followed with the token; one to another host (the
-        CDN) is not followed: its Location is where the bytes are."""
+        CDN) is not followed: its Location is where the bytes are. All its requests (redirects
+        and retries) share one deadline, :func:`meta_deadline`."""
         url = self.url(name, revision)
-        for _ in range(10):
-            resp = self._request(url, name, fallback)
-            target = urllib.parse.urljoin(url, resp.headers.get("Location", ""))
-            stays = same_origin(target, self.endpoint)
-            if resp.is_redirect and stays and not resp.headers.get("X-Linked-Etag"):
-                url = target  # the repository moved (renamed): ask again there, with the token
-                continue
-            return self._meta(resp, url, name, revision, fallback)
+        with deadline(meta_deadline()):
+            for _ in range(10):
+                resp = self._request(url, name, fallback)
+                target = _join(url, resp.headers.get("Location", ""))
+                stays = same_origin(target, self.endpoint)
+                if resp.is_redirect and stays and not resp.headers.get("X-Linked-Etag"):
+                    url = target  # the repository moved (renamed): ask again there
+                    continue
+                return self._meta(resp, url, name, revision, fallback)
         raise DownloadError(f"too many redirects resolving {self.url(name, revision)}")
 
     def _request(self, url: str, name: str, fallback: bool) -> requests.Response:
@@ -358,6 +368,8 @@ class _Fetcher:
                     url, headers=self.auth, allow_redirects=False,
                     timeout=(_fetch.CONNECT_TIMEOUT, _fetch.READ_TIMEOUT),
                 )  # fmt: skip
+            except ValueError as e:  # a Location urllib.parse refuses (requests reads it)
+                raise DownloadError(f"{url} redirects to a URL that is not valid ({e})") from e
             except requests.exceptions.RequestException as e:
                 error = f"{_fetch._root_cause(e)}"
                 if isinstance(e, requests.exceptions.SSLError) or not isinstance(
@@ -371,8 +383,11 @@ class _Fetcher:
                 if resp.status_code != 429 and resp.status_code < 500:
                     return resp
                 error = f"HTTP {resp.status_code} {resp.reason}"
+            delay = _fetch.BACKOFF_SECONDS * 2**attempt
+            if attempt + 1 < _fetch.ATTEMPTS and expired(delay):
+                break  # the deadline of this file's metadata ends before the next try
             if attempt + 1 < _fetch.ATTEMPTS:
-                time.sleep(_fetch.BACKOFF_SECONDS * 2**attempt)
+                time.sleep(delay)
         why = f"could not reach {self.endpoint} ({error})"
         if fallback:
             raise _Fallback(why)
@@ -405,7 +420,7 @@ class _Fetcher:
         size = _fetch.header_int(resp.headers.get("X-Linked-Size"), "X-Linked-Size", url)
         if size is None and not resp.is_redirect:
             size = _fetch.header_int(resp.headers.get("Content-Length"), "Content-Length", url)
-        location = urllib.parse.urljoin(url, resp.headers["Location"]) if resp.is_redirect else url
+        location = _join(url, resp.headers["Location"]) if resp.is_redirect else url
         if not (len(etag) in (40, 64) and all(c in "0123456789abcdef" for c in etag)):
             raise DownloadError(
                 f"{url} gave no content hash for {name} (ETag {etag!r}, neither a SHA-256 nor a "
@@ -438,6 +453,15 @@ class _Fetcher:
         )  # fmt: skip
         _fetch.fetch(remote, self.session, self.shown)
         return dest, False
+
+
+def _join(url: str, location: str) -> str:
+    """``location`` read relative to ``url``; DownloadError for one urllib.parse refuses
+    (``http://[127.0.0.2]/``: an IPv4 address in brackets)."""
+    try:
+        return urllib.parse.urljoin(url, location)
+    except ValueError as e:
+        raise DownloadError(f"{url} redirects to {location[:80]!r}, not a valid URL ({e})") from e
 
 
 class _Fallback(Exception):
