@@ -144,7 +144,7 @@ def meta_deadline() -> float:
     """The longest the metadata of one file may take, across its redirects and retries: what
     ATTEMPTS silent answers and their backoff take (4 × 15 s + 3.5 s ≈ 64 s)."""
     backoff = _fetch.BACKOFF_SECONDS * (2 ** (_fetch.ATTEMPTS - 1) - 1)
-    return _fetch.ATTEMPTS * _session.HEAD_DEADLINE + backoff
+    return float(_fetch.ATTEMPTS * _session.HEAD_DEADLINE + backoff)
 
 
 def is_repo_id(text: str) -> bool:
