@@ -742,7 +742,7 @@ def test_full_disk_is_a_download_error_naming_url_and_file(tmp_path, bucket, bas
         f = real_open(path, mode, *args, **kwargs)
         return FullDisk(f) if str(path).endswith(DATA) and "a" in mode else f
 
-    monkeypatch.setattr(fetch, "open", open_on_a_full_disk)
+    monkeypatch.setattr(fetch, "open", open_on_a_full_disk, raising=False)
     with pytest.raises(gpt2np.DownloadError, match="No space left") as err:
         gpt2np.download("124M", models_dir=tmp_path, base_url=base_url)
     assert f"{base_url}/124M/{DATA}" in str(err.value)

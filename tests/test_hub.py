@@ -548,6 +548,40 @@ def test_endless_bodies_are_cut_at_the_size_the_file_must_have(env, monkeypatch)
     assert not [p for p in leftovers if p.stat().st_size == 0 or p.name.endswith(".lock")]
 
 
+def test_weights_without_an_announced_size_are_bounded_by_their_lfs_pointer(env, monkeypatch):
+    """The hub sends the weights' SHA-256 but no X-Linked-Size: their LFS pointer says the size,
+    so an endless chunked body from the CDN is cut there, and nothing of it stays. Without a
+    pointer either, the body is refused at MAX_WEIGHTS_BYTES."""
+    from gpt2np.sources import hub as hub_module
+
+    monkeypatch.setattr(_fetch_module(), "ATTEMPTS", 2)
+    monkeypatch.setattr(_fetch_module(), "BACKOFF_SECONDS", 0.001)
+    hub = tiny_hub()
+    hub.omit[(REPO, "model.safetensors")] = {"X-Linked-Size"}
+    with serve_hub(hub) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        (blob,) = hub.cdn.files
+        size = len(hub.cdn.files[blob])
+        assert_tiny(gpt2np.load(REPO, progress=False))  # the pointer's size is the right one
+        assert any("/raw/" in r.path for r in hub.requests("GET"))
+        shutil.rmtree(env / "home")
+        hub.cdn.endless.add(blob)
+        first = len(hub.cdn.requests_for(blob))
+        with pytest.raises(DownloadError, match=rf"runs past the {size} bytes"):
+            gpt2np.load(REPO, progress=False)
+        cut = hub.cdn.requests_for(blob)[first:]
+        assert cut and all(r.hung_up and r.sent < size + (32 << 20) for r in cut)
+        hub.pointers = False
+        monkeypatch.setattr(hub_module, "MAX_WEIGHTS_BYTES", 1 << 20)
+        before = len(hub.cdn.requests_for(blob))
+        with pytest.raises(DownloadError, match=r"more than 1048576 bytes .* such a file may"):
+            gpt2np.load(REPO, progress=False)
+        (cut,) = hub.cdn.requests_for(blob)[before:]  # refused: not retried
+        assert cut.hung_up and cut.sent < (32 << 20)
+    left = [p for p in (env / "home").rglob("*") if p.is_file()]
+    assert [p.name for p in left] == ["config.json"]  # verified, for the next call
+
+
 def _fetch_module():
     from gpt2np.sources import http
 

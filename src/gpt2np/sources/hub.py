@@ -96,6 +96,10 @@ MAX_BYTES = {
     CONFIG: MAX_JSON_BYTES, INDEX: MAX_JSON_BYTES, "generation_config.json": MAX_JSON_BYTES,
     "vocab.json": MAX_FILE_BYTES, "merges.txt": MAX_FILE_BYTES, "tokenizer.json": MAX_FILE_BYTES,
 }  # fmt: skip
+#: The most bytes a weights file may have when neither the hub (X-Linked-Size) nor the file's
+#: LFS pointer says its size: GPT-2 XL in float64 with an untied head is 13.5 GB.
+MAX_WEIGHTS_BYTES = 16 << 30
+POINTER_BYTES = 1024  # the most bytes of an LFS pointer read (a real one has about 130)
 PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth")
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
 _TRUE = {"1", "ON", "YES", "TRUE"}
@@ -446,13 +450,52 @@ class _Fetcher:
             return theirs, True
         same = same_origin(meta.location, self.endpoint)
         digests, verify = _check_for(meta.etag)
+        size = meta.size
+        if size is None and len(meta.etag) == 64:  # an LFS file: its pointer says its size
+            size = self.pointer_size(name, commit, meta.etag)
         remote = _fetch.RemoteFile(
-            meta.location, dest, size=meta.size, digests=digests, verify=verify,
+            meta.location, dest, size=size, digests=digests, verify=verify,
             headers=self.auth if same else {}, label=f"{self.repo}/{name}",
-            max_size=MAX_BYTES.get(name), resume_key=f"{self.repo}@{commit}/{name}:{meta.etag}",
+            max_size=MAX_BYTES.get(name, MAX_WEIGHTS_BYTES),
+            resume_key=f"{self.repo}@{commit}/{name}:{meta.etag}",
         )  # fmt: skip
         _fetch.fetch(remote, self.session, self.shown)
         return dest, False
+
+    def pointer_size(self, name: str, commit: str, sha256: str) -> Optional[int]:
+        """The size the LFS pointer of ``name`` declares (``/{repo}/raw/{commit}/{name}``), if
+        it is the pointer of ``sha256``; None when the hub serves no such pointer (the size is
+        then bounded by :data:`MAX_WEIGHTS_BYTES`)."""
+        import requests
+
+        url = f"{self.endpoint}/{self.repo}/raw/{commit}/{urllib.parse.quote(name)}"
+        body = b""
+        try:
+            with deadline(_session.HEAD_DEADLINE), self.session.get(
+                url, headers=self.auth, stream=True, allow_redirects=False,
+                timeout=(_fetch.CONNECT_TIMEOUT, _fetch.READ_TIMEOUT),
+            ) as resp:  # fmt: skip
+                read = _fetch._reader(resp)
+                while resp.status_code == 200 and len(body) <= POINTER_BYTES and not expired():
+                    if not (data := read(POINTER_BYTES)):
+                        break
+                    body += data
+        except (requests.exceptions.RequestException, ValueError, OSError):
+            return None
+        return _pointer_size(body, sha256)
+
+
+def _pointer_size(body: bytes, sha256: str) -> Optional[int]:
+    """``size`` of a git-lfs pointer whose ``oid`` is ``sha256:<sha256>``, else None."""
+    fields = dict(line.partition(" ")[::2] for line in body.decode("ascii", "replace").split("\n"))
+    if not fields.get("version", "").startswith("https://git-lfs.github.com/spec/"):
+        return None
+    if fields.get("oid") != f"sha256:{sha256}":
+        return None
+    try:
+        return _fetch._number(fields.get("size", ""))
+    except ValueError:
+        return None
 
 
 def _join(url: str, location: str) -> str:
