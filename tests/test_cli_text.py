@@ -156,7 +156,9 @@ def test_detokenize_streams_and_keeps_the_exact_text(tok, monkeypatch) -> None:
     "data, words",
     [(b"\0" * 1000, "must be integers separated by spaces or commas, got '\\x00"),
      (b"15496 " + b"7" * 500, "must be integers"), (b"1 2 x3 4", "'x3'"), (b" \n ,", "no token"),
-     (b"15496 995 [1]", "unbalanced brackets")],
+     (b"15496 995 [1]", "unbalanced brackets"), ("١٢".encode(), "'١٢' (an id is ASCII digits)"),
+     (b"1_000", "'1_000' (an id"), (b"+5", "'+5' (an id"), (b"-5", "'-5' (an id"),
+     (b"[15496, +5]", "'+5' (an id")],
 )  # fmt: skip
 def test_detokenize_stream_errors(monkeypatch, capsys, data, words) -> None:
     monkeypatch.setattr(sys, "stdin", Blocks(data, 7))
@@ -231,3 +233,21 @@ def test_score_json_has_no_infinities(model_dir, tmp_path, capsys, monkeypatch) 
     path.write_text("a b c d e f", encoding="utf-8")
     assert cli.main(["score", str(path), "--model", str(model_dir), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["perplexity"] is None
+
+
+def test_detokenize_of_whitespace_only_stdin_holds_a_block_not_the_input(monkeypatch, capsys):
+    """Whitespace before the first id is dropped as it arrives: 8 MiB of it are read in 64 KiB
+    blocks with a peak of a few blocks (it was held whole, and searched again at every block)."""
+    import tracemalloc
+
+    data = b" \n\t" * ((8 << 20) // 3)
+    monkeypatch.setattr(sys, "stdin", Blocks(data + b"15496 995", 1 << 16))
+    gpt2np.cli.text._tokenizer()  # built before: its tables are not the input's
+    tracemalloc.start()
+    try:
+        assert cli.main(["detokenize"]) == 0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert capsys.readouterr().out == "Hello world"
+    assert peak < 4 << 20, peak

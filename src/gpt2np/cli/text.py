@@ -268,8 +268,8 @@ def iter_ids(chunks: Iterable[str]) -> Iterator[list[int]]:
     """
     chunks, buf = iter(chunks), ""
     for chunk in chunks:
-        buf += chunk
-        if buf.strip():
+        buf = (buf + chunk).lstrip()  # leading whitespace, however long, is not held
+        if buf:
             break
     head = buf.lstrip()
     if head.startswith(("[", "array(")):
