@@ -251,3 +251,19 @@ def test_detokenize_of_whitespace_only_stdin_holds_a_block_not_the_input(monkeyp
         tracemalloc.stop()
     assert capsys.readouterr().out == "Hello world"
     assert peak < 4 << 20, peak
+
+
+def test_tokenize_json_ends_a_complete_object_when_it_refuses_an_input(
+    tmp_path, capsys, monkeypatch
+):
+    """A special token met after ids were written: stdout still holds one JSON object (the ids
+    before it and the error), and stderr the one-line error."""
+    monkeypatch.setattr(gpt2np.tokenizer.tokenizer, "READ_CHARS", 16)  # several batches
+    path = tmp_path / "t.txt"
+    path.write_text("Hello world " * 3000 + "<|endoftext|>", encoding="utf-8")
+    assert cli.main(["tokenize", "--file", str(path), "--json"]) == 1
+    captured = capsys.readouterr()
+    record = json.loads(captured.out)
+    assert "special token <|endoftext|>" in record["error"]
+    assert record["n_tokens"] == len(record["ids"]) and record["ids"][:2] == [15496, 995]
+    assert captured.err.startswith("gpt2np: error: ") and captured.err.count("\n") == 1

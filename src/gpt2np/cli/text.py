@@ -171,12 +171,19 @@ def run_tokenize(args: argparse.Namespace) -> int:
 
 def _write_ids(batches: Iterator[list[int]], out: TextIO, as_json: bool) -> None:
     """The ids, space-separated on one line (or as {"ids": [...], "n_tokens": N}), written
-    batch by batch as they come."""
+    batch by batch as they come. With ``as_json``, an input refused on the way still ends a
+    complete object: the ids before the refusal and ``"error"``, its message (and the error
+    is raised, for the exit status and stderr's line)."""
     n, sep = 0, ", " if as_json else " "
     out.write('{"ids": [' if as_json else "")
-    for ids in batches:
-        out.write((sep if n else "") + sep.join(map(str, ids)))
-        n += len(ids)
+    try:
+        for ids in batches:
+            out.write((sep if n else "") + sep.join(map(str, ids)))
+            n += len(ids)
+    except (ValueError, OSError) as e:
+        if as_json:
+            out.write(f'], "n_tokens": {n}, "error": {json.dumps(str(e), ensure_ascii=False)}}}\n')
+        raise
     out.write(f'], "n_tokens": {n}}}\n' if as_json else "\n")
 
 
