@@ -137,6 +137,24 @@ def test_a_stretch_without_spaces_is_bounded(monkeypatch, capsys) -> None:
     )
     monkeypatch.setattr(sys, "stdin", Blocks(b"ab " * 200, 16))  # long, with spaces: fine
     assert cli.main(["tokenize", "-"]) == 0
+    capsys.readouterr()
+
+
+def test_tokenize_takes_a_long_run_of_spaces_and_names_what_it_refuses(
+    tok, monkeypatch, capsys
+) -> None:
+    """A run of ASCII whitespace is not held (the tokenizer keeps it as runs): all-space input
+    longer than MAX_STRETCH is tokenized; a run of U+3000 (held whole) is refused, the message
+    saying it is whitespace, not "without a space"."""
+    monkeypatch.setattr(gpt2np.cli.text, "MAX_STRETCH", 100)
+    monkeypatch.setattr(gpt2np.tokenizer.tokenizer, "READ_CHARS", 32)
+    monkeypatch.setattr(sys, "stdin", Blocks(b"x" + b" " * 1000 + b"\n" * 500 + b"y", 16))
+    assert cli.main(["tokenize", "-"]) == 0
+    assert ids_of(capsys.readouterr().out) == tok.encode("x" + " " * 1000 + "\n" * 500 + "y")
+    monkeypatch.setattr(sys, "stdin", Blocks("\u3000".encode() * 300, 15))
+    assert cli.main(["tokenize", "-"]) == 1
+    err = capsys.readouterr().err
+    assert "over 100 characters of whitespace in a row" in err and "without a space" not in err
 
 
 def test_detokenize_streams_and_keeps_the_exact_text(tok, monkeypatch) -> None:
