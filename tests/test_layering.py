@@ -21,7 +21,7 @@ SRC = pathlib.Path(__file__).resolve().parent.parent / "src" / "gpt2np"
 #: modules and the facade; everything else is a folder of one layer.
 LAYERS: dict[str, tuple[str, ...]] = {
     "foundation": ("_version", "errors", "hparams", "params", "support", "support.*"),
-    "maths": ("erf", "layers", "attention", "block", "model", "fast", "fast.*"),
+    "maths": ("erf", "layers", "attention", "block", "model", "kernels", "fast", "fast.*"),
     "tokenizer": ("tokenizer", "tokenizer.*"),
     "files": ("checkpoint", "checkpoint.*", "sources", "sources.*"),
     "uses": ("generation", "generation.*", "scoring", "scoring.*", "golden", "golden.*"),
@@ -41,7 +41,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 #: and the facade. A new module goes into a folder (docs/architecture.md says which).
 TOP_LEVEL = {
     "__init__", "__main__", "_version", "api", "gpt2", "checks", "errors", "hparams", "params",
-    "erf", "layers", "attention", "block", "model",
+    "erf", "layers", "attention", "block", "model", "kernels",
 }  # fmt: skip
 RUNTIME_DEPENDENCIES = {"numpy", "regex", "requests", "tqdm"}
 #: Optional extras (pyproject's optional-dependencies) that a module may import inside its
@@ -250,7 +250,7 @@ def test_the_top_level_holds_the_maths_the_foundation_and_the_facade() -> None:
     assert top == TOP_LEVEL, (
         f"new top-level modules {sorted(top - TOP_LEVEL)}: put them in a folder"
     )
-    assert len(top) <= 14
+    assert len(top) <= 15
 
 
 def test_no_exported_name_hides_a_module_of_its_name() -> None:
@@ -279,3 +279,75 @@ def test_no_function_is_over_70_lines() -> None:
                 if n > 70:
                     long.append(f"gpt2np.{module}.{node.name}: {n} lines")
     assert not long, "\n".join(long)
+
+
+#: The teaching text: the clear forward pass a student reads, equations and shapes only.
+TEACHING = ("layers", "attention", "block", "model")
+
+
+def code_lines(path: pathlib.Path) -> int:
+    """Lines that hold code: not blank, not only a comment, not part of a docstring."""
+    import io
+    import tokenize
+
+    text = path.read_text(encoding="utf-8")
+    docstrings: set[int] = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
+                docstrings.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    lines: set[int] = set()
+    no_code = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+               tokenize.DEDENT, tokenize.ENDMARKER}  # fmt: skip
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type not in no_code:
+            lines.update(range(tok.start[0], tok.end[0] + 1))
+    return len(lines - docstrings)
+
+
+def test_code_lines_counts_code_only(tmp_path: pathlib.Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        '"""Module\ndocstring."""\n\n# a comment\nx = [\n    1,  # one\n]\n\n\n'
+        'def f(a):\n    """Doc."""\n    return a\n'
+    )
+    assert code_lines(source) == 5  # x = [, 1, ], def f, return
+
+
+def test_the_teaching_files_hold_the_maths_only() -> None:
+    """layers, attention, block and model hold the equations: no Protocol, NamedTuple or kernel
+    bundle (those live in gpt2np.kernels), and 240 lines of code at most together."""
+    counts = {m: code_lines(MODULES[m]) for m in TEACHING}
+    assert sum(counts.values()) <= 240, f"the teaching files hold {counts} lines of code"
+    for m in TEACHING:
+        for node in ast.walk(ast.parse(MODULES[m].read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                bases = {ast.unparse(b) for b in node.bases}
+                assert not bases & {"Protocol", "NamedTuple"}, f"gpt2np.{m}.{node.name}"
+            if isinstance(node, ast.Assign):
+                names = {t.id for t in node.targets if isinstance(t, ast.Name)}
+                assert not names & {"CLEAR", "FAST"}, f"gpt2np.{m} defines {names}"
+
+
+def test_each_name_of_the_forward_pass_is_defined_once() -> None:
+    """``Past`` and ``attend`` have one definition each, in gpt2np.attention (the others import
+    it), and the Kernels bundle and CLEAR theirs in gpt2np.kernels."""
+    homes = {"Past": "attention", "attend": "attention", "masked_score": "attention",
+             "Kernels": "kernels", "CLEAR": "kernels"}  # fmt: skip
+    defined: dict[str, list[str]] = {name: [] for name in homes}
+    for module, path in MODULES.items():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names = {node.name}
+            elif isinstance(node, ast.Assign):
+                names = {t.id for t in node.targets if isinstance(t, ast.Name)}
+            else:
+                continue
+            for name in names & set(homes):
+                defined[name].append(module)
+    assert defined == {name: [home] for name, home in homes.items()}

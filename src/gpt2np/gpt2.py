@@ -38,7 +38,7 @@ class GPT2:
     tiled attention (heads shared among threads), LayerNorm and GELU on rows among threads, and
     a small batch's head by vocabulary slices, each equal to its clear twin in
     :mod:`gpt2np.layers` to float rounding. ``fast=False`` runs the same function with the clear
-    kernels, :data:`gpt2np.layers.CLEAR`: the equations as written.
+    kernels, :data:`gpt2np.kernels.CLEAR`: the equations as written.
 
     >>> model = GPT2(hparams, params)
     >>> logits, present = model.forward([[464, 3290]])   # [1, 2, V], [1, L, 2, H, 2, Dh]
