@@ -1,7 +1,7 @@
 """Attention over long prompts: the products cut into tiles that one core runs well, the heads
 shared out among threads.
 
-:func:`attend_tiled` computes what :func:`gpt2np.layers.attend` computes for a causal mask,
+:func:`attend_tiled` computes what :func:`gpt2np.attention.attend` computes for a causal mask,
 softmax(q·kᵀ · scale, masked) · v, and is tested equal to it (tests/test_fast_attention.py).
 
 Why tiles. A head's products q·kᵀ and p·v contract over only 64 numbers (d_head) or produce only
@@ -34,7 +34,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..layers import RECORD_NOTHING, Recorder, attend, masked_score
+from ..attention import attend, masked_score
+from ..layers import RECORD_NOTHING, Recorder
 from . import threads as parallel
 from .blas import single_threaded
 
@@ -64,7 +65,7 @@ def attend_tiled(
     scale: Optional[float] = None,
 ) -> np.ndarray:
     """softmax(q·kᵀ · scale, masked) · v for a causal ``mask`` (query i sees no key after
-    T_past + i, where T_past = S - T), like :func:`gpt2np.layers.attend`; ``scale`` is 1/√Dh
+    T_past + i, where T_past = S - T), like :func:`gpt2np.attention.attend`; ``scale`` is 1/√Dh
     when None.
 
     q [B, H, T, Dh], k and v [B, H, S, Dh], mask bool broadcastable to [B, H, T, S]

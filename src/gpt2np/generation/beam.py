@@ -48,8 +48,8 @@ from .processors import Penalties
 from .sampling import log_softmax, top_k_indices
 
 if TYPE_CHECKING:
-    from ..fast.kvcache import KVCache
-    from ..gpt2 import GPT2
+    from ..runtime import Runtime
+    from ..runtime.kvcache import KVCache
 
 __all__ = ["Hypothesis", "beam_search"]
 
@@ -67,7 +67,7 @@ class Hypothesis:
 
 
 def beam_search(
-    model: GPT2,
+    model: Runtime,
     cache: KVCache,
     logits: np.ndarray,
     prompts: list[list[int]],
