@@ -620,7 +620,7 @@ def test_a_save_over_another_model_killed_at_any_step_leaves_one_model_whole(tmp
     """SIGKILL just before the new directory is swapped in, and just after (before the old one
     is removed): the directory holds the old model or the new one, each whole, never the new
     weights beside the old vocabulary."""
-    from killpoints import Kill, kill_all
+    from tests.helpers.killpoints import Kill, kill_all
 
     old = load(TF_SMALL, use_cache=False)
     out = tmp_path / "out"

@@ -291,7 +291,7 @@ def test_offline_a_cache_written_by_hand_in_huggingface_hubs_layout(env, monkeyp
     .no_exist/ record at all: the model with vocab.json + merges.txt loads offline."""
     import hashlib
 
-    from hubfixture import git_blob_sha1
+    from tests.helpers.hubfixture import git_blob_sha1
 
     folder = env / "hf" / "models--tiny-org--tiny-gpt2"
     snap = folder / "snapshots" / CACHED_COMMIT

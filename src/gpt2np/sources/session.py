@@ -170,15 +170,15 @@ class _Deadline:
 
 
 def _late(waited: float, bound: Optional[float] = None) -> HeadTimeout:
-    """The error of a response head later than ``waited`` seconds (of a :func:`deadline` of
-    ``bound`` seconds, when that was what was left)."""
+    """The error of a response head that did not come in ``waited`` seconds: HEAD_DEADLINE,
+    or what was left of a :func:`deadline` of ``bound`` seconds."""
     if bound is not None and waited <= 0:
         return HeadTimeout(f"no answer within {bound:.2g} s for this request, its redirects "
                            "and retries (the server is slow)")  # fmt: skip
     why = "(the server trickles)"
-    if bound is not None:
-        why = f"(what was left of {bound:.2g} s for this request, its redirects and retries)"
-    return HeadTimeout(f"no complete response head within {waited:.2g} s {why}")
+    if bound is not None:  # what was left of it: say both bounds, not a number of this run
+        why = f"or by the end of the {bound:.2g} s this request, its redirects and retries have"
+    return HeadTimeout(f"no complete response head within {HEAD_DEADLINE:g} s {why}")
 
 
 def _with_deadline(pools: Mapping[str, Any]) -> dict[str, Any]:
