@@ -429,7 +429,7 @@ class _Transfer:
         }
         self.remote.part.parent.mkdir(exist_ok=True)
         self.remote.part.write_bytes(b"")
-        _write_json(self.remote.origin_path, self.origin)
+        write_json(self.remote.origin_path, self.origin)
 
     def _receive(self, resp: requests.Response, start: int, total: Optional[int]) -> None:
         """Append the body to the partial file, cutting the response if it stalls or runs past
@@ -592,5 +592,5 @@ def _read_json(path: pathlib.Path) -> dict[str, Any]:
     return {"digests": {}, **value}
 
 
-def _write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
+def write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
     write_bytes(path, json.dumps(value, indent=1))
