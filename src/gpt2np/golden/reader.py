@@ -280,9 +280,9 @@ def _read_exactly(stream: IO[bytes], n: int) -> bytes:
 
 
 def open_file(path: PathLike) -> BinaryIO:
-    """``path`` open for reading if it is a regular file (:func:`gpt2np.support.bounded_read.
-    open_regular`); a FIFO, device or socket (which would hang, or never end) is a
-    CheckpointError."""
+    """``path`` open for reading if it is a regular file
+    (:func:`gpt2np.support.bounded_read.open_regular`); a FIFO, device or socket (which would
+    hang, or never end) is a CheckpointError."""
     return os.fdopen(open_regular(path), "rb")
 
 

@@ -2,7 +2,7 @@
 
 A :class:`RemoteFile` says what to fetch and what the result must be (its size, digests, a
 check of its contents); :func:`fetch` brings it to ``dest`` or raises
-:class:`~gpt2np.DownloadError`. OpenAI's release (:mod:`gpt2np.download`) is seven of these.
+:class:`~gpt2np.DownloadError`. OpenAI's release (:mod:`gpt2np.sources.openai`) is seven of these.
 
 How the bytes travel. They stream into the partial file ``.incoming/<name>`` beside ``dest``
 (under the file's own name, so a check that goes by the name works on it); beside it
