@@ -2,7 +2,7 @@
 shared out among threads.
 
 :func:`attend_tiled` computes what :func:`gpt2np.attention.attend` computes for a causal mask,
-softmax(q·kᵀ · scale, masked) · v, and is tested equal to it (tests/test_fast_attention.py).
+softmax(q·kᵀ · scale, masked) · v, and is tested equal to it (tests/fast/test_attention.py).
 
 Why tiles. A head's products q·kᵀ and p·v contract over only 64 numbers (d_head) or produce only
 64 columns, and OpenBLAS spreads each product over its threads once it exceeds TILE_MACS

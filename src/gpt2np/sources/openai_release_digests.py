@@ -14,7 +14,7 @@ Where the pins come from (no file here was downloaded to make them):
 * 124M's ``hparams.json`` and ``checkpoint``: the digests published beside the others, which
   are also the SHA-256 of the files' known text (the published hparams as JSON indented by 2
   with a final newline; the two CheckpointState lines naming ``model.ckpt``):
-  tests/test_openai_release_digests.py recomputes both;
+  tests/sources/test_openai_release_digests.py recomputes both;
 * 124M's ``model.ckpt.data-00000-of-00001``: published by two independent sources, the
   ``CHECKSUMS`` table of a GPT-2 download script in MontrealAI/AGI-Alpha-Agent-v0 (its pull
   request 2925, "verify GPT-2 downloads using SHA-256 checksums"), and the description of the
