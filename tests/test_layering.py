@@ -394,3 +394,62 @@ def test_the_layer_table_of_the_architecture_page_is_this_contract() -> None:
             allowed = {w.strip() for w in allowed} | {layer}
         assert allowed == MAY_IMPORT[layer], f"the {layer} row may import {sorted(allowed)}"
         below.add(layer)
+
+
+def _from_imports(module: str) -> list[tuple[str, ast.alias, int]]:
+    """(target module, alias, line) for each name of each ``from gpt2np… import`` of ``module``."""
+    path = MODULES[module]
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    if module == "__init__":
+        package = []
+    found = []
+    for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8")), True):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[: len(package) - node.level + 1] if node.level > 1 else package
+            dotted = ["gpt2np", *base, *(node.module.split(".") if node.module else [])]
+            target = _own(dotted) or ".".join(dotted)
+            found.extend((target, alias, node.lineno) for alias in node.names)
+    return found
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    """Modules talk through public names: ``from .hub_snapshots import _locate`` would make a
+    private helper part of an interface nobody declared. An alias of a module may shorten or
+    qualify its name, not replace it (``threads``, not ``threads as parallel``)."""
+    found = []
+    for module in MODULES:
+        for target, alias, line in _from_imports(module):
+            name, where = alias.name, f"src/gpt2np/{MODULES[module].relative_to(SRC)}:{line}"
+            if name.startswith("_") and not name.startswith("__"):
+                found.append(f"{where}: imports {name} from {target}")
+            is_module = f"{target}.{name}"[len("gpt2np.") :] in MODULES
+            asname = alias.asname or name  # a private alias (http as _fetch) stays private
+            if is_module and not asname.startswith("_") and name not in asname not in name:
+                found.append(f"{where}: imports the module {name} as {alias.asname}")
+    assert not found, "\n".join(found)
+
+
+def _functions(module: str) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def test_one_regular_file_opener_and_one_file_lock_live_in_support() -> None:
+    """gpt2np.support.bounded_read.open_regular is the one function that opens a file and checks
+    that it is a regular one (a FIFO would hang a reader, a device never end); everything else
+    calls it. gpt2np.support.lock.FileLock is the one lock class."""
+    openers, locks = [], []
+    for module in MODULES:
+        if module.startswith("support."):
+            continue
+        for function in _functions(module):
+            text = ast.unparse(function)
+            if "os.open(" in text and "S_ISREG" in text:
+                openers.append(f"gpt2np.{module}.{function.name}")
+        tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name.lstrip("_").endswith("Lock"):
+                locks.append(f"gpt2np.{module}.{node.name}")
+    assert not openers, f"open a file with gpt2np.support.bounded_read.open_regular: {openers}"
+    assert not locks, f"lock with gpt2np.support.lock.FileLock: {locks}"
+    assert [f.name for f in _functions("support.bounded_read")].count("open_regular") == 1

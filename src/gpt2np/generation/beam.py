@@ -31,7 +31,7 @@ The n best finished hypotheses are returned, best first. The same definitions as
 ``_beam_search`` (transformers 4.50 and later), with two differences in what can only happen on
 exact ties or degenerate inputs: candidates with equal scores are ordered by beam then token id
 (HF uses ``torch.topk``, whose order among equal values is unspecified and in practice not by
-index), and the scores are float64 (HF's are float32). tests/test_generate_vs_hf.py checks
+index), and the scores are float64 (HF's are float32). tests/generation/test_loop_vs_hf.py checks
 HF's ids and scores on committed fixtures and live, and the tie-breaking on a model with two
 interchangeable tokens.
 """

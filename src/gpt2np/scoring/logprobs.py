@@ -20,7 +20,8 @@ one length when they differ), each pass through a cache that holds one layer (no
 continued, so every layer can reuse one buffer); the head is applied only to the positions
 that predict scored tokens, a few hundred rows at a time, and their log-softmax is summed in
 float64 (its exp in float32). With ``fast=False`` each window is one call of the clear
-:func:`gpt2np.forward`, the twin the batched path is tested against (tests/test_scoring.py).
+:func:`gpt2np.forward`, the twin the batched path is tested against
+(tests/scoring/test_logprobs.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ two: the *stable* ids, of the text before its last piece, and the *unstable byte
 A *completion* is a sequence of ids that the stable ids may be followed by once more text
 arrives: one that spells the unstable bytes and what may follow them, cut once it covers them.
 This restates tiktoken's ``CoreBPE::_encode_unstable_native`` (src/lib.rs), rule for rule, so
-that the answer is tiktoken's (tests/test_tokenizer_tiktoken.py checks it live):
+that the answer is tiktoken's (tests/tokenizer/test_tokenizer_tiktoken.py checks it live):
 
 1. The unstable bytes are the last piece's tokens; when the first of them is all blanks
    (space, newline, tab), the blank tokens before it join them, since a run of whitespace may be
