@@ -208,7 +208,7 @@ def _bounded_stretches(chunks: Iterable[str], name: str) -> Iterator[str]:
     text with no place where the pre-tokeniser always cuts, or whitespace other than ASCII's.
     A run of ASCII whitespace, however long, is held as runs of one character
     (:meth:`~gpt2np.tokenizer.tokenizer.Tokenizer.encode_stream`), so it does not count."""
-    from ..tokenizer.bpe import _ASCII_SPACE, last_cut
+    from ..tokenizer.bpe import ASCII_SPACE, last_cut
 
     since, last, run = 0, "", True  # held characters; the character before; ASCII spaces only
     for chunk in chunks:
@@ -216,12 +216,12 @@ def _bounded_stretches(chunks: Iterable[str], name: str) -> Iterator[str]:
         cut = last_cut(text)
         if cut:
             tail = text[cut:]
-            run = not tail.strip(_ASCII_SPACE)
+            run = not tail.strip(ASCII_SPACE)
             since = 0 if run else len(tail)
-        elif run and not chunk.strip(_ASCII_SPACE):
+        elif run and not chunk.strip(ASCII_SPACE):
             since = 0
         else:
-            since = len(chunk.lstrip(_ASCII_SPACE)) + 1 if run else since + len(chunk)
+            since = len(chunk.lstrip(ASCII_SPACE)) + 1 if run else since + len(chunk)
             run = False
         if since > MAX_STRETCH:
             held = "of whitespace in a row" if chunk.isspace() else "without a space or line break"

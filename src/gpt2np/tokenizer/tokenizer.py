@@ -41,7 +41,7 @@ import numpy.typing as npt
 import regex
 
 from .bpe import (
-    _ASCII_SPACE,
+    ASCII_SPACE,
     LONG_PIECE,
     MergeTable,
     bpe_fast,
@@ -440,7 +440,7 @@ class Tokenizer:
                 if ids:
                     yield ids
             held, size, searched = [text], len(text), len(text)
-            if runs_ok and len(text) > READ_CHARS and not text.strip(_ASCII_SPACE):  # a run
+            if runs_ok and len(text) > READ_CHARS and not text.strip(ASCII_SPACE):  # a run
                 _refuse_disallowed(done + text, disallowed)
                 held, size, searched, done = [], 0, 0, ""
                 _extend_run(run, text)
@@ -683,7 +683,7 @@ def _extend_run(run: list[tuple[str, int]], text: str) -> tuple[str, bool]:
     of ``text`` and whether the run ended in it (at a character that is not ASCII whitespace:
     another space character than those would belong to the run, so it is held back as text
     with the run's last character by the caller; see :func:`_run_ids`)."""
-    rest = text.lstrip(_ASCII_SPACE)
+    rest = text.lstrip(ASCII_SPACE)
     for char, group in itertools.groupby(text[: len(text) - len(rest)]):
         count = sum(1 for _ in group)
         if run and run[-1][0] == char:
