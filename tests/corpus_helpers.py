@@ -103,8 +103,8 @@ def assert_same_records(got: list[dict[str, Any]], expected: list[dict[str, Any]
 
 class _Faulty:
     """A tokenizer that kills its own process (SIGKILL, as the OOM killer does) on a text that
-    holds "DIE-ALWAYS", and on one that holds "DIE-ONCE" the first time any process sees it
-    (a file in ``marks`` remembers); that takes two seconds over a text that holds "SLOW"; and
+    holds "DIE-ALWAYS", on one that holds "DIE-ONCE" the first time any process sees it, and
+    on one that holds "DIE-TWICE" the first two times (files in ``marks`` remember); that takes two seconds over a text that holds "SLOW"; and
     that otherwise, and then, encodes as ``tokenizer`` does."""
 
     def __init__(self, tokenizer: Any, marks: str) -> None:
@@ -116,6 +116,14 @@ class _Faulty:
             with open(once, "w"):
                 pass
             os.kill(os.getpid(), signal.SIGKILL)
+        if "DIE-TWICE" in text:
+            deaths = os.path.join(self.marks, "deaths")
+            with open(deaths, "a+") as f:
+                f.seek(0)
+                if len(f.read()) < 2:
+                    f.write("x")
+                    f.flush()
+                    os.kill(os.getpid(), signal.SIGKILL)
         if "SLOW" in text:
             time.sleep(2)
         return list(self.tokenizer.encode(text, **kwargs))

@@ -324,8 +324,33 @@ def test_a_dead_worker_is_reported_and_its_documents_scored_again(model_dir, loa
     expected, got = read_records(tmp_path / "expected.jsonl"), read_records(tmp_path / "got.jsonl")
     assert got[100] == {"line": 101, "id": "always", "line_sha256": expected[100]["line_sha256"],
                         "error": "the worker process scoring this document was killed by "
-                        "SIGKILL, twice"}  # fmt: skip
+                        "SIGKILL, twice (a rerun scores it again)"}  # fmt: skip
     assert_same_records(got[:100] + got[101:], expected[:100] + expected[101:])
+
+
+@pytest.mark.skipif(os.name != "posix", reason="kills with SIGKILL")
+def test_a_rerun_scores_again_a_document_whose_worker_died_twice(model_dir, loader, tmp_path):
+    """A document that killed its worker twice gets an error record; the next run (the same
+    command) cuts the output there, scores it and the records after it again, and ends with
+    the records of an undisturbed run."""
+    lines = corpus_lines(150, seed=6)
+    lines[70] = json.dumps({"id": "twice", "text": "a document that kills twice: DIE-TWICE"})
+    source = write_lines(tmp_path / "c.jsonl", lines)
+    score_corpus(loader, source, tmp_path / "expected.jsonl")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    dying = functools.partial(load_faulty, str(model_dir), str(marks))
+    out = tmp_path / "got.jsonl"
+    with pytest.warns(RuntimeWarning):
+        first = score_corpus(dying, source, out, jobs=2)
+    assert first.errors == 1 and read_records(out)[70]["error"].endswith("a rerun scores it again)")
+    before = out.read_bytes()
+    kept = b"".join(before.splitlines(keepends=True)[:70])
+    second = score_corpus(dying, source, out, jobs=2)
+    assert second.resumed == 70 and second.errors == 0 and second.worker_deaths == 0
+    assert second.repaired == len(before) - len(kept)
+    assert out.read_bytes().startswith(kept)
+    assert_same_records(read_records(out), read_records(tmp_path / "expected.jsonl"))
 
 
 def test_the_progress_bar_shows_documents_and_tokens_per_second_and_the_time_left(

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import codecs
 import os
-import stat
 import sys
 from collections.abc import Iterator
 from typing import Any
 
-from ..support.bounded_read import file_kind
+from ..support.bounded_read import check_stdin, open_regular
 
 __all__ = [
     "MAX_ARG_BYTES",
@@ -148,29 +147,13 @@ def read_blocks(file: str, limit: int | None = None) -> Iterator[bytes]:
 
 
 def _open_regular(file: str, limit: int | None) -> int:
-    """A descriptor of the regular file ``file``, opened without waiting for a FIFO's writer
-    and checked once open (not by name, which could be swapped in between)."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-    try:
-        fd = os.open(file, flags | getattr(os, "O_BINARY", 0))
-    except FileNotFoundError:
-        raise InputError(f"{file}: no such file") from None
-    except OSError as e:  # a socket (ENXIO), no permission, a loop of symlinks, ...
-        try:
-            mode = os.stat(file).st_mode
-        except OSError:
-            mode = stat.S_IFREG
-        if not stat.S_ISREG(mode):
-            raise InputError(f"{file} is {file_kind(mode)}, not a regular file") from None
-        raise InputError(f"cannot read {file}: {e.strerror or e}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
+    """A descriptor of the regular file ``file`` (:func:`~gpt2np.support.bounded_read.
+    open_regular`), of at most ``limit`` bytes when given."""
+    fd = open_regular(file, InputError)
+    size = os.fstat(fd).st_size
+    if limit is not None and size > limit:
         os.close(fd)
-        hint = " (pipe it in and give - instead)" if stat.S_ISFIFO(st.st_mode) else ""
-        raise InputError(f"{file} is {file_kind(st.st_mode)}, not a regular file{hint}")
-    if limit is not None and st.st_size > limit:
-        os.close(fd)
-        raise InputError(f"{file} holds {_mib(st.st_size)}, more than the {_mib(limit)} of text "
+        raise InputError(f"{file} holds {_mib(size)}, more than the {_mib(limit)} of text "
                          "gpt2np reads at once")  # fmt: skip
     return fd
 
@@ -184,7 +167,7 @@ def _stdin_blocks() -> Iterator[bytes]:
     except (AttributeError, OSError, ValueError):  # an in-memory stream (tests, notebooks)
         fd = None
     if fd is not None:
-        _check_stdin(fd)
+        check_stdin(fd, InputError)
     buffer = getattr(stream, "buffer", stream)
     read = getattr(buffer, "read1", None) or buffer.read  # read1: what a pipe has, no waiting
     while True:
@@ -192,27 +175,6 @@ def _stdin_blocks() -> Iterator[bytes]:
         if not block:
             return
         yield block
-
-
-def _check_stdin(fd: int) -> None:
-    """stdin may be a regular file, a pipe or FIFO, a socket, a terminal or /dev/null."""
-    mode = os.fstat(fd).st_mode
-    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd):
-        return
-    if stat.S_ISCHR(mode) and _is_devnull(fd):
-        return
-    try:  # Linux names what stdin is: "/dev/zero"
-        where = f" ({os.readlink(f'/proc/self/fd/{fd}')})"
-    except OSError:
-        where = ""
-    raise InputError(f"<stdin> is {file_kind(mode)}{where}, not a file or a pipe")
-
-
-def _is_devnull(fd: int) -> bool:
-    try:
-        return os.fstat(fd).st_rdev == os.stat(os.devnull).st_rdev
-    except (OSError, AttributeError):
-        return False
 
 
 def _mib(n: int) -> str:

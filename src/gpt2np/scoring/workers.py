@@ -32,7 +32,7 @@ from typing import Any, NamedTuple, Optional
 
 from ..errors import warn
 from ..fast.threads import default_threads
-from .records import Document, Loader, Settings, error_record, score_documents
+from .records import WORKER_DIED, Document, Loader, Settings, error_record, score_chunk
 
 __all__ = ["WorkerPool"]
 
@@ -157,8 +157,9 @@ class WorkerPool:
     def _replace(self, w: _Worker) -> None:
         w.process.join(5)
         how = _death(w.process.exitcode)
-        if not w.ready:
-            raise RuntimeError(f"a worker process {how} while loading the model")
+        if not w.ready:  # one line from the command, as any error; the records so far are kept
+            raise ChildProcessError(f"a worker process {how} while loading the model (out of "
+                                    "memory?); run the command again to go on")  # fmt: skip
         self.deaths += 1
         self.workers[self.workers.index(w)] = _Worker(w.index, self.loader, self.settings,
                                                       self.threads)  # fmt: skip
@@ -178,10 +179,10 @@ class WorkerPool:
             (doc,) = task.docs
             warn(
                 f"worker {w.index} (pid {w.process.pid}) {how} again while scoring line "
-                f"{doc.line}: that document gets an error record",
+                f"{doc.line}: that document gets an error record, which a rerun scores again",
                 RuntimeWarning,
             )
-            why = f"the worker process scoring this document {how}, twice"
+            why = f"{WORKER_DIED} {how}, twice (a rerun scores it again)"
             self._finish(task, [error_record(doc, why)])
 
     def close(self) -> None:
@@ -233,7 +234,7 @@ def _work(conn: Connection, loader: Loader, settings: Settings) -> None:
         if task is None:
             return
         try:
-            reply = ("done", score_documents(model, task.docs, settings))
+            reply = ("done", score_chunk(model, task.docs, settings))
         except Exception as e:
             reply = ("failed", _sendable(e))
 

@@ -23,8 +23,10 @@ from ..errors import CheckpointError
 __all__ = [
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
+    "check_stdin",
     "file_kind",
     "json_depth",
+    "open_regular",
     "read_json_file",
     "read_small_file",
 ]
@@ -76,6 +78,53 @@ def read_small_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
         raise CheckpointError(f"cannot read {name}: {e.strerror or e}") from None
     finally:
         os.close(fd)
+
+
+def open_regular(name: str, error: type[Exception] = CheckpointError) -> int:
+    """A read-only descriptor of the regular file ``name``, opened without waiting for a FIFO's
+    writer and checked once open (not by name, which could be swapped in between). A missing
+    file, a FIFO, a device, a directory or a socket: ``error`` with one line naming it."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(name, flags | getattr(os, "O_BINARY", 0))
+    except FileNotFoundError:
+        raise error(f"{name}: no such file") from None
+    except OSError as e:  # a socket (ENXIO), no permission, a loop of symlinks, ...
+        try:
+            mode = os.stat(name).st_mode
+        except OSError:
+            mode = stat.S_IFREG
+        if not stat.S_ISREG(mode):
+            raise error(f"{name} is {file_kind(mode)}, not a regular file") from None
+        raise error(f"cannot read {name}: {e.strerror or e}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        hint = " (pipe it in and give - instead)" if stat.S_ISFIFO(mode) else ""
+        raise error(f"{name} is {file_kind(mode)}, not a regular file{hint}")
+    return fd
+
+
+def check_stdin(fd: int, error: type[Exception] = CheckpointError) -> None:
+    """stdin (``fd``) may be a regular file, a pipe or FIFO, a socket, a terminal or /dev/null;
+    any other device (``/dev/zero``, ``/dev/urandom``: endless) is ``error`` naming it."""
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd):
+        return
+    if stat.S_ISCHR(mode) and _is_devnull(fd):
+        return
+    try:  # Linux names what stdin is: "/dev/zero"
+        where = f" ({os.readlink(f'/proc/self/fd/{fd}')})"
+    except OSError:
+        where = ""
+    raise error(f"<stdin> is {file_kind(mode)}{where}, not a file or a pipe")
+
+
+def _is_devnull(fd: int) -> bool:
+    try:
+        return os.fstat(fd).st_rdev == os.stat(os.devnull).st_rdev
+    except (OSError, AttributeError):
+        return False
 
 
 def file_kind(mode: int) -> str:
