@@ -104,7 +104,9 @@ def assert_same_records(got: list[dict[str, Any]], expected: list[dict[str, Any]
 class _Faulty:
     """A tokenizer that kills its own process (SIGKILL, as the OOM killer does) on a text that
     holds "DIE-ALWAYS", on one that holds "DIE-ONCE" the first time any process sees it, and
-    on one that holds "DIE-TWICE" the first two times (files in ``marks`` remember); that takes two seconds over a text that holds "SLOW"; and
+    on one that holds "DIE-TWICE" the first two times (files in ``marks`` remember); that
+    raises RuntimeError("boom") on a text that holds "RAISE"; that takes two seconds over a
+    text that holds "SLOW"; and
     that otherwise, and then, encodes as ``tokenizer`` does."""
 
     def __init__(self, tokenizer: Any, marks: str) -> None:
@@ -124,9 +126,22 @@ class _Faulty:
                     f.write("x")
                     f.flush()
                     os.kill(os.getpid(), signal.SIGKILL)
+        if "RAISE" in text:
+            raise RuntimeError("boom")
         if "SLOW" in text:
             time.sleep(2)
         return list(self.tokenizer.encode(text, **kwargs))
+
+
+def load_dying_in_a_worker(path: str) -> gpt2np.GPT2:
+    """gpt2np.load(path), which in a worker process (not the main one) kills its own process
+    with SIGKILL half-way, as ``kill -9`` or the OOM killer would while it loads the model."""
+    import multiprocessing
+
+    model = gpt2np.load(path)
+    if multiprocessing.parent_process() is not None:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return model
 
 
 def load_faulty(path: str, marks: str) -> gpt2np.GPT2:

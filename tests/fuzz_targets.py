@@ -483,4 +483,5 @@ def _feed(fd: int, source: str, data: bytes, rng, streams: bool) -> None:
         os.close(fd)
 
 
+import fuzz_corpus  # noqa: E402, F401  (registers score-corpus's: corpus-input, corpus-output)
 import fuzz_servers  # noqa: E402, F401  (registers the server targets: hub-server, file-server)

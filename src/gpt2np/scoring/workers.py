@@ -13,7 +13,9 @@ A worker that dies (killed, out of memory, a crash in native code) is reported w
 RuntimeWarning and replaced, and the documents of the chunk it held are scored again, one
 document at a time; a document whose worker dies a second time gets an error record. A worker
 that dies before it has loaded the model, or an exception in a worker, stops the run (the
-exception is raised in the main process). Each worker runs ``cpus // jobs`` threads (BLAS's and
+exception is raised in the main process, once the records of the chunks before are out;
+an exception while scoring names the lines of its chunk, a death while loading is an
+OSError: the command's one line of error). Each worker runs ``cpus // jobs`` threads (BLAS's and
 gpt2np's), unless ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` or ``GPT2NP_NUM_THREADS`` say
 otherwise.
 """
@@ -73,6 +75,7 @@ class WorkerPool:
         self.done: dict[int, list[dict[str, Any]]] = {}
         self.parts: dict[int, dict[int, dict[str, Any]]] = {}  # retried chunks, by document
         self.sizes: dict[int, int] = {}
+        self.failed: dict[int, Exception] = {}  # chunks whose scoring raised, by number
         self.deaths = 0
         try:
             for i in range(jobs):
@@ -113,6 +116,8 @@ class WorkerPool:
             while out in self.done:
                 yield self.done.pop(out)
                 out += 1
+            if out in self.failed:
+                raise self.failed[out]
             if not more and out == handed:
                 return
             self._wait()
@@ -133,8 +138,12 @@ class WorkerPool:
             except (EOFError, OSError):
                 gone = True
             for kind, payload in messages:
-                if kind == "failed":
-                    raise payload
+                if kind == "failed":  # loading: stop now; a chunk: once those before it are out
+                    task, w.task = w.task, None
+                    if task is None:
+                        raise payload
+                    self.failed.setdefault(task.chunk, payload)
+                    continue
                 if kind == "ready":
                     w.ready = True
                 else:
