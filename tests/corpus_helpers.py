@@ -68,6 +68,7 @@ BAD_LINES = {
     "[1, 2, 3]": "not a JSON object: an array",
     '"just a string"': "not a JSON object: a string",
     '{"text": NaN}': "not JSON (NaN is not a JSON value)",
+    '{"text": 1e999}': "field 'text' is a number, not a string",
     "": "empty line",
 }
 

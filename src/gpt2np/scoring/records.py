@@ -228,7 +228,7 @@ def _parse_json(number: int, digest: str, line: str, settings: Settings) -> Docu
         why = f"no field {settings.field!r}"
         return Document(number, digest, doc_id, has_id, None, why)
     text = obj[settings.field]
-    if not isinstance(text, str):
+    if not isinstance(text, str) or isinstance(text, _NumberText):
         why = f"field {settings.field!r} is {_kind(text)}, not a string"
         return Document(number, digest, doc_id, has_id, None, why)
     return Document(number, digest, doc_id, has_id, text, None if text else "empty text")
@@ -243,11 +243,16 @@ def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON value")
 
 
+class _NumberText(str):
+    """The text of a JSON number a float cannot hold: a string in a record, a number still
+    to the checks of what a line holds (a text field of 1e999 is a number, not the text)."""
+
+
 def _float_or_text(text: str) -> Union[float, str]:
     """A JSON number with a fraction or exponent as a float, or as its text when a float
     cannot hold it (1e999: JSON cannot write an infinity back)."""
     value = float(text)
-    return value if math.isfinite(value) else text
+    return value if math.isfinite(value) else _NumberText(text)
 
 
 def _depth(value: Any) -> int:
@@ -268,6 +273,7 @@ def _depth(value: Any) -> int:
 def _kind(value: object) -> str:
     """The JSON name of a parsed JSON value's type, with its article: "an array"."""
     names: dict[type, str] = {
+        _NumberText: "a number",
         dict: "an object",
         list: "an array",
         str: "a string",
