@@ -115,7 +115,9 @@ class _Faulty:
 
     def encode(self, text: str, **kwargs: Any) -> list[int]:
         once = os.path.join(self.marks, "died-once")
-        if "DIE-ALWAYS" in text or ("DIE-ONCE" in text and not os.path.exists(once)):
+        if "DIE-ALWAYS" in text:  # (not marking "died-once": another worker may be on its way)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if "DIE-ONCE" in text and not os.path.exists(once):
             with open(once, "w"):
                 pass
             os.kill(os.getpid(), signal.SIGKILL)
