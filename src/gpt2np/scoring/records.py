@@ -151,11 +151,13 @@ class LongLine(NamedTuple):
 
 
 def read_lines(
-    read: Callable[[int], bytes], max_bytes: int = MAX_LINE_BYTES
+    read: Callable[[int], bytes], max_bytes: Optional[int] = None
 ) -> Iterator[Union[bytes, LongLine]]:
     """The lines of a stream (``read(n)``: up to n bytes, b"" at its end), each without its
-    "\\n"; a line longer than ``max_bytes`` as a :class:`LongLine`, read through and hashed
-    without holding more than ``max_bytes`` + a block of it."""
+    "\\n"; a line longer than ``max_bytes`` (default :data:`MAX_LINE_BYTES`) as a
+    :class:`LongLine`, read through and hashed without holding more than ``max_bytes`` + a
+    block of it."""
+    max_bytes = MAX_LINE_BYTES if max_bytes is None else max_bytes
     held, long, size = bytearray(), None, 0
     while block := read(1 << 16):
         start = 0
