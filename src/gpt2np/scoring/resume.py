@@ -88,6 +88,8 @@ class Output:
         self.path = pathlib.Path(path)
         self.side = self.path.with_name(self.path.name + FINGERPRINT_SUFFIX)
         self._afresh = f"delete {self.path} (and {self.side.name}) or write to another file"
+        self._foreign = (f"write to another file (or, if it is an old output of score-corpus "
+                         f"you no longer want, delete it and {self.side.name})")  # fmt: skip
         self._fd = _open_output(self.path)
         try:
             _lock(self._fd, self.path)
@@ -177,7 +179,7 @@ class Output:
         if not _is_record(record, number):
             raise ValueError(
                 f"{self.path}, line {number}: not the record of input line {number} that "
-                f"score-corpus writes there: {self._afresh}"
+                f"score-corpus writes there; {self._foreign}"
             )
         return cast(dict[str, Any], record)
 
@@ -190,7 +192,7 @@ class Output:
             return
         raise ValueError(
             f"{self.path} ends with {len(tail)} bytes that are not part of a record of input "
-            f"line {number}: not score-corpus's to cut off; {self._afresh}"
+            f"line {number}: not score-corpus's to cut off; {self._foreign}"
         )
 
     def resume(self, count: int) -> int:
