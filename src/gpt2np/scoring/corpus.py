@@ -307,5 +307,6 @@ def _count_lines(corpus: PathLike) -> Optional[int]:
 
 
 def _resume_notice(path: pathlib.Path, summary: CorpusSummary) -> str:
-    torn = f" (cut off a torn last line of {summary.repaired} bytes)" if summary.repaired else ""
+    torn = (f" (cut off {summary.repaired} bytes: a torn last line, or the records from one "
+            "that is scored again)") if summary.repaired else ""  # fmt: skip
     return f"resuming {path} after line {summary.resumed}{torn}"
