@@ -60,7 +60,8 @@ class CorpusSummary:
     documents, errors, tokens: records in the output (all of them, resumed ones included), how
     many of them are errors, and the tokens of the others. new_documents, new_tokens, seconds:
     what this run scored, and in how long. resumed: records that were there before this run;
-    repaired: bytes of a torn last line cut off; worker_deaths: worker processes that died.
+    repaired: bytes cut off (a torn last line, or the records from one scored again);
+    worker_deaths: worker processes that died.
     """
 
     documents: int = 0
@@ -119,9 +120,11 @@ def score_corpus(
     stride, max_len, batch_size: as for :func:`gpt2np.scoring.score` (batch_size's default
         here is as many windows as make 4096 tokens, for each chunk's longest window).
     progress: a bar of documents/s, tokens/s and the time left (None: on a terminal or in a
-        notebook). Raises ValueError when ``out`` holds records of another input, model or
-        settings (and TypeError/ValueError for bad arguments); a bad line of the input is an
-        error record, not an exception.
+        notebook). Raises ValueError, leaving ``out`` untouched, when it holds anything but
+        records of this input, model and settings (a symlink at ``out`` included), and when
+        ``corpus`` is not a regular file (stdin: a file or a pipe); TypeError/ValueError for bad
+        arguments. A bad line of the input (one over MAX_LINE_BYTES too) is an error record,
+        not an exception; an exception while scoring is a ScoringError naming the lines.
     """
     _check_paths_and_jobs(corpus, out, jobs)
     if callable(model):
