@@ -160,6 +160,8 @@ class Output:
             number, offset = 0, 0
             while line := f.readline(MAX_RECORD_BYTES + 1):
                 if not line.endswith(b"\n"):  # the last line, torn, or not a record at all
+                    if f.read(1):  # a line longer than any record, and more after it
+                        self._record(b"", number + 1)  # (refused)
                     self._check_torn(line, number + 1)
                     break
                 number += 1
