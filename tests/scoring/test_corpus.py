@@ -445,7 +445,8 @@ def test_an_output_that_is_not_its_own_records_of_this_input_is_left_untouched(
 ):
     """score-corpus cuts and appends only to its own records of this input: the user's notes
     where the records were, two lines of foreign text, the user's own records of another
-    input (with a torn last line), a line longer than any record among records, a user's file beside OUTPUT where the fingerprint goes,
+    input (with a torn last line), a line longer than any record among records, a user's
+    file beside OUTPUT where the fingerprint goes,
     and a symlink at OUTPUT are each refused with the file byte-identical, the same inode."""
     fingerprint = reference.with_name(reference.name + ".fingerprint").read_bytes()
     ours = reference.read_bytes().splitlines(keepends=True)
@@ -460,7 +461,7 @@ def test_an_output_that_is_not_its_own_records_of_this_input_is_left_untouched(
         "over-long": (
             b"".join(ours[:3]) + b'{"line": 4, "x": "' + b"a" * (3 << 20) + b'"}\n' + ours[4],
             "line 4: not the record",
-        ),  # fmt: skip
+        ),
     }
     for name, (content, words) in cases.items():
         out = tmp_path / f"{name}.jsonl"
