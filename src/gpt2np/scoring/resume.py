@@ -15,6 +15,11 @@ only after checking, line by line, that the input's first lines are those the re
 from (each record holds its line's ``line_sha256``); anything else is refused with a
 ValueError that says what differs. The input may have grown since: lines past the records are
 scored. An advisory lock (POSIX ``flock``) keeps two runs from appending to one file.
+
+Nothing is cut before all of that is checked: every line a record of its line number, what
+follows the last the start of the next (a torn line), and each record against its input line.
+A file that is not gpt2np's records of this input (notes, other text, records of another
+input, a symlink) is refused and left as it was, the same file, byte for byte.
 """
 
 from __future__ import annotations
