@@ -135,8 +135,12 @@ def read_blocks(file: str, limit: int | None = None) -> Iterator[bytes]:
     if file == "-":
         yield from _stdin_blocks()
         return
-    fd = _open_regular(file, limit)
+    fd = open_regular(file, InputError, fifo_hint=" (pipe it in and give - instead)")
     try:
+        size = os.fstat(fd).st_size
+        if limit is not None and size > limit:
+            raise InputError(f"{file} holds {_mib(size)}, more than the {_mib(limit)} of text "
+                             "gpt2np reads at once")  # fmt: skip
         while True:
             block = os.read(fd, READ_BYTES)
             if not block:
@@ -144,18 +148,6 @@ def read_blocks(file: str, limit: int | None = None) -> Iterator[bytes]:
             yield block
     finally:
         os.close(fd)
-
-
-def _open_regular(file: str, limit: int | None) -> int:
-    """A descriptor of the regular file ``file`` (:func:`~gpt2np.support.bounded_read.
-    open_regular`), of at most ``limit`` bytes when given."""
-    fd = open_regular(file, InputError)
-    size = os.fstat(fd).st_size
-    if limit is not None and size > limit:
-        os.close(fd)
-        raise InputError(f"{file} holds {_mib(size)}, more than the {_mib(limit)} of text "
-                         "gpt2np reads at once")  # fmt: skip
-    return fd
 
 
 def _stdin_blocks() -> Iterator[bytes]:

@@ -42,7 +42,7 @@ from .records import line_digest as _digest
 from .resume import Output, fingerprint
 
 if TYPE_CHECKING:
-    from ..gpt2 import GPT2
+    from ..runtime import Runtime
     from .workers import WorkerPool
 
 __all__ = ["CorpusSummary", "score_corpus"]
@@ -94,7 +94,7 @@ class CorpusSummary:
 
 
 def score_corpus(
-    model: Union[GPT2, Loader],
+    model: Union[Runtime, Loader],
     corpus: PathLike,
     out: PathLike,
     *,
@@ -175,7 +175,7 @@ def _check_paths_and_jobs(corpus: PathLike, out: PathLike, jobs: object) -> None
 
 def _score_chunks(
     todo: Iterator[list[Document]],
-    model: GPT2,
+    model: Runtime,
     settings: Settings,
     workers: Optional[Callable[[], WorkerPool]],
     output: Output,
@@ -283,7 +283,8 @@ class _InputLines:
                 check_stdin(fd, ValueError)
             self.read = getattr(stream, "read1", None) or stream.read
         else:
-            self.fd = opened = open_regular(os.fspath(corpus), ValueError)
+            hint = " (pipe it in and give - instead)"
+            self.fd = opened = open_regular(corpus, ValueError, fifo_hint=hint)
             self.read = lambda n: os.read(opened, n)
 
     def __enter__(self) -> Iterator[Line]:
@@ -299,7 +300,7 @@ def _count_lines(corpus: PathLike) -> Optional[int]:
     if str(corpus) == "-":
         return None
     n, last = 0, b"\n"
-    fd = open_regular(os.fspath(corpus), ValueError)
+    fd = open_regular(corpus, ValueError)
     try:
         while block := os.read(fd, 1 << 20):
             n += block.count(b"\n")

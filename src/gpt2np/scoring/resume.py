@@ -29,7 +29,6 @@ import hashlib
 import json
 import os
 import pathlib
-import stat
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Optional, Union, cast
@@ -38,12 +37,12 @@ import numpy as np
 
 from ..params import flatten
 from ..support.atomic import check_target, write_bytes
-from ..support.bounded_read import read_json_file
+from ..support.bounded_read import open_regular, read_json_file
 from ..support.paths import fsync_dir
 from .records import MAX_LINE_BYTES, Settings, dumps, retried
 
 if TYPE_CHECKING:
-    from ..gpt2 import GPT2
+    from ..runtime import Runtime
 
 __all__ = ["FINGERPRINT_SUFFIX", "SYNC_SECONDS", "Output", "fingerprint"]
 
@@ -55,7 +54,7 @@ FORMAT = "gpt2np score-corpus records, version 1"
 MAX_RECORD_BYTES = MAX_LINE_BYTES + (1 << 16)
 
 
-def model_identity(model: GPT2) -> dict[str, Any]:
+def model_identity(model: Runtime) -> dict[str, Any]:
     """The hyperparameters, the dtype and the SHA-256 of every weight (names, shapes and
     bytes, in forward order) of ``model``. Hashing 124M's 500 MB takes a fraction of a
     second; the pages it reads are the ones scoring reads next."""
@@ -70,7 +69,7 @@ def model_identity(model: GPT2) -> dict[str, Any]:
     }
 
 
-def fingerprint(model: GPT2, settings: Settings) -> dict[str, Any]:
+def fingerprint(model: Runtime, settings: Settings) -> dict[str, Any]:
     """What ``OUTPUT.fingerprint`` holds for records of ``model`` with ``settings``."""
     return {"format": FORMAT, "model": model_identity(model), "settings": settings.identity()}
 
@@ -246,15 +245,7 @@ def _open_output(path: pathlib.Path) -> int:
         raise ValueError(f"{path} is a symlink: score-corpus writes its records to a file of "
                          "its own, not through a link")  # fmt: skip
     check_target(path)
-    flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0), 0o666)
-    except OSError as e:
-        raise ValueError(f"cannot write {path}: {e.strerror or e}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):  # swapped in since check_target
-        os.close(fd)
-        raise ValueError(f"refusing to write {path}: it is not a regular file")
-    return fd
+    return open_regular(path, ValueError, append=True)
 
 
 def _is_record(record: Any, number: int) -> bool:
