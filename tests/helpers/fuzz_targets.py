@@ -483,4 +483,5 @@ def _feed(fd: int, source: str, data: bytes, rng, streams: bool) -> None:
         os.close(fd)
 
 
+import tests.helpers.fuzz_corpus  # noqa: E402  (registers corpus-input, corpus-output)
 import tests.helpers.fuzz_servers  # noqa: E402, F401  (registers the server targets: hub-server, file-server)
