@@ -114,7 +114,7 @@ def copied(tmp_path, monkeypatch) -> pathlib.Path:
     published hparams are the fixture's here, so that its shape passes the download's check),
     with no network."""
     import gpt2np
-    from httpfixture import closed_port_url
+    from tests.helpers.httpfixture import closed_port_url
 
     monkeypatch.setenv("GPT2NP_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("GPT2NP_BASE_URL", closed_port_url())
