@@ -506,7 +506,8 @@ class Tokenizer:
     @property
     def _pat_str(self) -> str:
         """The pre-tokenisation pattern, as a string (tiktoken's ``Encoding._pat_str``): the
-        one :func:`gpt2np.tokenizer.bpe.pretokenize` cuts text with, OpenAI's GPT-2 pattern.
+        one :func:`gpt2np.tokenizer.bpe.pretokenize` cuts text with (OpenAI's GPT-2 pattern
+        with its shared prefixes factored out: the same pieces).
         ``tiktoken.Encoding(pat_str=tok._pat_str, mergeable_ranks=tok._mergeable_ranks, ...)``
         builds an encoding with this tokenizer's ids."""
         return PATTERN.pattern
