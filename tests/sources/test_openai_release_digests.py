@@ -193,15 +193,18 @@ def test_the_verdict_is_computed_once_and_an_edited_file_is_hashed_again(copied,
 def test_files_with_the_pinned_digests_are_openais(copied, capsys, monkeypatch):
     pins = {name: sha256((copied / name).read_bytes()) for name in MODEL_FILES}
     monkeypatch.setitem(digests.RELEASE_SHA256, "124M", pins)
-    text, _ = info(capsys)
-    assert "weights     OpenAI's published 124M weights (SHA-256 checked)" in text, text
     import gpt2np
     from gpt2np import api
 
     monkeypatch.setattr(api, "_WARNED", set())
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        gpt2np.load("124M", progress=False)
+        warnings.simplefilter("error")  # no warning
+        gpt2np.load("124M", progress=True)  # the load that hashes the files says so
+        assert "124M: OpenAI's published 124M weights (SHA-256 checked)" in capsys.readouterr().err
+        gpt2np.load("124M", progress=True)  # a later one does not
+        assert "SHA-256 checked" not in capsys.readouterr().err
+    text, _ = info(capsys)
+    assert "weights     OpenAI's published 124M weights (SHA-256 checked)" in text, text
     (copied / "model.ckpt.meta").write_bytes(b"another graph")  # edited after the check
     assert info(capsys)[1]["weights"].startswith("not OpenAI's published 124M weights")
 
