@@ -245,7 +245,7 @@ def test_linear_parts_cuts_few_rows_by_columns_and_many_by_rows(
         seen[:] = items
         return run(fn, items)
 
-    monkeypatch.setattr(fast_linear.parallel, "run", recording_run)
+    monkeypatch.setattr(fast_linear.threads, "run", recording_run)
     for rows, cut in ((2, 30), (fast_linear.FEW_ROWS + 1, fast_linear.FEW_ROWS + 1)):
         x = np.ones((rows, 5), np.float32)
         linear_parts(x, np.ones((5, 30), np.float32), np.zeros(30, np.float32))

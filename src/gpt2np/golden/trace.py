@@ -52,7 +52,7 @@ from ..model import forward
 from ..support.html import table
 
 if TYPE_CHECKING:
-    from ..gpt2 import GPT2
+    from ..runtime import Runtime
 
 __all__ = [
     "Trace",
@@ -171,7 +171,9 @@ class Trace(Mapping[str, np.ndarray]):
         return table(repr(self), ["name", "shape", "dtype"], rows, len(self))
 
 
-def trace(model: GPT2, ids: Any, past: Optional[np.ndarray] = None, names: Names = None) -> Trace:
+def trace(
+    model: Runtime, ids: Any, past: Optional[np.ndarray] = None, names: Names = None
+) -> Trace:
     """Run ``model``'s forward pass on ``ids`` and return every intermediate by name.
 
     ids: integers [B, T] or [T]; past: an earlier ``present`` [B, L, 2, H, T_past, Dh] or None
@@ -189,7 +191,7 @@ def trace(model: GPT2, ids: Any, past: Optional[np.ndarray] = None, names: Names
 
 
 def trace_each(
-    model: GPT2,
+    model: Runtime,
     ids: Any,
     emit: Callable[[str, np.ndarray], Any],
     past: Optional[np.ndarray] = None,
