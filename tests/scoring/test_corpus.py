@@ -305,9 +305,13 @@ def test_one_output_one_writer(reference, tmp_path):
 def test_a_dead_worker_is_reported_and_its_documents_scored_again(model_dir, loader, tmp_path):
     """Worker processes killed (SIGKILL) while scoring a document: the first death's chunk
     is scored again, one document at a time, and gives the records of an undisturbed run; a
-    document that kills its worker a second time gets an error record; both are warned of."""
+    document that kills its worker a second time gets an error record; both are warned of.
+    The second chunk's worker dies first, always: the first chunk's document that kills once
+    waits for that death (an event, whichever worker runs faster)."""
     lines = corpus_lines(130, seed=2)
-    lines[40] = json.dumps({"id": "once", "text": "a document that kills once: DIE-ONCE"})
+    lines[40] = json.dumps(
+        {"id": "once", "text": "kills once, after the other: AFTER-ALWAYS DIE-ONCE"}
+    )
     lines[100] = json.dumps({"id": "always", "text": "one that kills each time: DIE-ALWAYS"})
     source = write_lines(tmp_path / "c.jsonl", lines)
     score_corpus(loader, source, tmp_path / "expected.jsonl")
