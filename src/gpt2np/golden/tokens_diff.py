@@ -166,14 +166,14 @@ def _check_golden(doc: dict[str, Any], label: str) -> None:
         for key, kind in keys.items():
             if not _is(case.get(key), kind):
                 raise CheckpointError(
-                    f"{label}: case {i} ({_clip(case.get('name', i))}): {key!r} is missing "
+                    f"{label}: case {i} ({_name(case, i)}): {key!r} is missing "
                     f"or not {_KIND_NAMES[kind]}"
                 )
         for k, piece in enumerate(case.get("pieces", ())):
             for key, kind in _PIECE.items():
                 if not _is(piece.get(key), kind):
                     raise CheckpointError(
-                        f"{label}: case {i} ({_clip(case.get('name', i))}), piece {k}: {key!r} "
+                        f"{label}: case {i} ({_name(case, i)}), piece {k}: {key!r} "
                         f"is missing or not {_KIND_NAMES[kind]}"
                     )
 
@@ -186,6 +186,11 @@ _KIND_NAMES: dict[Any, str] = {
 _TEXT_CASE: dict[str, Any] = {"text": str, "pieces": _PIECES, "ids": _INTS}
 _PIECE: dict[str, Any] = {"text": str, "symbols": _STRS, "merges": _MERGES, "tokens": _STRS,
                           "ids": _INTS}  # fmt: skip
+
+
+def _name(case: dict[str, Any], i: int) -> str:
+    name = str(case.get("name", i))
+    return name if len(name) <= 40 else name[:40] + "…"
 
 
 def _is(value: Any, kind: Any) -> bool:
