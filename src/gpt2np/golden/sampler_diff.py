@@ -115,6 +115,10 @@ class _Golden:
         for name in ("logits", *STAGES, "probs", "u"):
             if self.t[name].dtype.kind != "f":
                 raise CheckpointError(f"{g.label}: {name} is {self.t[name].dtype}, not floats")
+        probs = self.t["probs"]
+        if not (np.isfinite(probs).all() and (probs >= 0).all() and (probs.sum(axis=-1) > 0).all()):
+            raise CheckpointError(f"{g.label}: probs is not a distribution in every step (NaN, "
+                                  "negative, or all zero)")  # fmt: skip
         for name in ("prompt_ids", "chosen"):
             ids = self.t[name]
             if ids.dtype.kind not in "iu" or (ids.size and not 0 <= ids.min() <= ids.max() <
