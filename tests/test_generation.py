@@ -873,7 +873,7 @@ def test_a_generation_config_asking_for_too_many_rows_is_refused_first(tiny_mode
         with pytest.raises(
             gpt2np.CheckpointError,
             match=rf"generation_config\.json: {key} = "
-            r"1000000000 \(1 prompt x 1000000000 .*more than this machine's",
+            r"1000000000 \(1 prompt x 1000000000 .*more than this process's",
         ):
             model.generate([1, 2, 3], max_new_tokens=2)
 

@@ -421,5 +421,5 @@ def test_dump_sampler_checks_its_sizes_before_allocating(tmp_path, flags, says) 
     done = _cli_in_a_capped_process(["dump-sampler", "--out", "s.npz", *flags], tmp_path)
     assert done.returncode == 1, done.stderr[-500:]
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("gpt2np: error: ")
-    assert re.search(says, done.stderr) and "more than this machine's memory" in done.stderr
+    assert re.search(says, done.stderr) and "more than this process's memory" in done.stderr
     assert not (tmp_path / "s.npz").exists()

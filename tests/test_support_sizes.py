@@ -11,7 +11,7 @@ from gpt2np.support import sizes
 def test_a_size_within_memory_passes_and_one_beyond_is_refused_naming_its_source(monkeypatch):
     monkeypatch.setattr(sizes, "memory_cap", lambda: 1 << 30)
     assert sizes.check_bytes(1 << 30, "x") == 1 << 30
-    with pytest.raises(ValueError, match=r"^n=5 needs 1 GiB, more than this machine's memory \("):
+    with pytest.raises(ValueError, match=r"^n=5 needs 1 GiB, more than this process's memory \("):
         sizes.check_bytes((1 << 30) + 1, "n=5")
     with pytest.raises(gpt2np.CheckpointError, match=r"^a\.npy: its shape needs 8 GiB, more"):
         sizes.check_elements((1 << 30,), 8, "its shape", "a.npy")

@@ -24,12 +24,19 @@ FALLBACK_CAP = 1 << 40
 
 def memory_cap() -> int:
     """The most bytes one allocation sized from an input may take: the machine's physical
-    memory (``os.sysconf``), else :data:`FALLBACK_CAP`."""
+    memory (``os.sysconf``, else :data:`FALLBACK_CAP`), or the process's address-space limit
+    (``ulimit -v``, ``prlimit --as``) when that is lower."""
     try:
         pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        cap = pages * size if pages > 0 and size > 0 else FALLBACK_CAP
     except (AttributeError, ValueError, OSError):
-        return FALLBACK_CAP
-    return pages * size if pages > 0 and size > 0 else FALLBACK_CAP
+        cap = FALLBACK_CAP
+    try:
+        import resource
+    except ImportError:  # Windows
+        return cap
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    return cap if limit == resource.RLIM_INFINITY or limit <= 0 else min(cap, limit)
 
 
 def show_bytes(n: int) -> str:
@@ -44,11 +51,11 @@ def show_bytes(n: int) -> str:
 def check_bytes(nbytes: int, what: str, source: Optional[str] = None) -> int:
     """``nbytes`` when it is at most :func:`memory_cap`; else a CheckpointError (``source``:
     the file that said so) or a ValueError, one line: '{source}: {what} needs 187 GiB, more
-    than this machine's memory (23 GiB)'. ``what`` names the key or the argument."""
+    than this process's memory (23 GiB)'. ``what`` names the key or the argument."""
     cap = memory_cap()
     if nbytes > cap:
         where = f"{source}: " if source else ""
-        message = f"{where}{what} needs {show_bytes(nbytes)}, more than this machine's memory "
+        message = f"{where}{what} needs {show_bytes(nbytes)}, more than this process's memory "
         message += f"({show_bytes(cap)})"
         raise CheckpointError(message) if source else ValueError(message)
     return nbytes
