@@ -4,8 +4,9 @@ A number read from a file or an argument (``num_beams`` in generation_config.jso
 header's shape, ``--vocab``) decides how much memory a command takes. :func:`check_bytes` is
 called with the product (rows × positions × vocabulary × itemsize ...) computed in Python ints,
 so that no overflow hides a huge size, and refuses it with one line naming where the number
-came from when it exceeds :func:`memory_cap`: this machine's physical memory. The refusal is a
-:class:`~gpt2np.CheckpointError` when a file said so (``source``), else a ValueError.
+came from when it exceeds :func:`memory_cap` (physical memory, or the address-space limit
+when lower): a :class:`~gpt2np.CheckpointError` when a file said so (``source``), else a
+ValueError.
 """
 
 from __future__ import annotations
