@@ -295,7 +295,7 @@ def run_dump_sampler(args: argparse.Namespace) -> int:
     import numpy as np
 
     from ..golden.npy import read_header
-    from ..golden.reader import open_regular
+    from ..golden.reader import open_file
     from ..golden.sampler import Setting, dump_sampler, golden_bytes
     from ..support.sizes import check_bytes
 
@@ -306,7 +306,7 @@ def run_dump_sampler(args: argparse.Namespace) -> int:
     )  # fmt: skip
     logits = None
     if args.logits is not None:
-        with open_regular(args.logits) as f:
+        with open_file(args.logits) as f:
             try:  # the header's shape is checked before np.load allocates it
                 shape = read_header(f.read).shape
             except ValueError as e:

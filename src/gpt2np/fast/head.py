@@ -1,6 +1,6 @@
 """The output head, logits = h · wteᵀ, cut into parts that gpt2np's threads share.
 
-:func:`head_parts` is :func:`gpt2np.layers.head` (tested equal to it in tests/test_fast.py).
+:func:`head_parts` is :func:`gpt2np.layers.head` (tested equal to it in tests/fast/test_kernels.py).
 The head reads the whole embedding matrix (154 MB for 124M: a third of a decode step's bytes)
 for a few rows, or makes [T, V] logits for many:
 
@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import linear as _linear
-from . import threads as parallel
+from . import threads
 from .blas import single_threaded
-from .linear import THREADED_MACS, _bounds
+from .linear import THREADED_MACS, bounds
 
 __all__ = ["FEW_ROWS", "HEAD_BLOCK", "head_parts"]
 
@@ -40,7 +40,7 @@ def head_parts(h: np.ndarray, wte: np.ndarray) -> np.ndarray:
     rows = h.reshape(-1, h.shape[-1])  # [N, D]
     (N, D), V = rows.shape, wte.shape[0]
     logits = np.empty((N, V), dtype=np.result_type(rows, wte))
-    n = parallel.threads() if N * D * V >= THREADED_MACS else 1
+    n = threads.threads() if N * D * V >= THREADED_MACS else 1
     per_thread = _linear.PARTS_PER_THREAD
     by_rows = N > FEW_ROWS
     columns = rows[:, :, None]  # [N, D, 1]: each row a vector
@@ -56,9 +56,9 @@ def head_parts(h: np.ndarray, wte: np.ndarray) -> np.ndarray:
                 np.matmul(wte[a:z], columns, out=logits[:, a:z, None])
 
     if by_rows:
-        parts = _bounds(N, per_thread * n, 1)
+        parts = bounds(N, per_thread * n, 1)
     else:
-        parts = _bounds(V, per_thread * n, _linear.COLUMN_ALIGN)
+        parts = bounds(V, per_thread * n, _linear.COLUMN_ALIGN)
     with single_threaded():
-        parallel.run(work, parts)
+        threads.run(work, parts)
     return logits.reshape(*h.shape[:-1], V)

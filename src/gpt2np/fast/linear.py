@@ -2,7 +2,7 @@
 each part a single-threaded BLAS product.
 
 :func:`linear_parts` computes what :func:`gpt2np.layers.linear` computes, y = x · w + b, and is
-tested equal to it (tests/test_fast.py). Why parts rather than one product that OpenBLAS
+tested equal to it (tests/fast/test_kernels.py). Why parts rather than one product that OpenBLAS
 threads itself: see :mod:`gpt2np.fast.blas` (one owner of the cores). How the product is cut:
 
 * few rows (a decode step: B rows): by columns of w, ``x · w[:, c0:c1]`` into ``y[:, c0:c1]``.
@@ -23,10 +23,10 @@ import functools
 
 import numpy as np
 
-from . import threads as parallel
+from . import threads
 from .blas import single_threaded
 
-__all__ = ["COLUMN_ALIGN", "FEW_ROWS", "THREADED_MACS", "linear_parts"]
+__all__ = ["COLUMN_ALIGN", "FEW_ROWS", "THREADED_MACS", "bounds", "linear_parts"]
 
 #: At most this many rows are cut by columns of w; more, by rows of x.
 FEW_ROWS = 64
@@ -51,7 +51,7 @@ def linear_parts(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     rows = x.reshape(-1, x.shape[-1])  # [N, n_in]
     N, (n_in, n_out) = rows.shape[0], w.shape
     y = np.empty((N, n_out), dtype=np.result_type(rows, w, b))
-    n = parallel.threads() if N * n_in * n_out >= THREADED_MACS else 1
+    n = threads.threads() if N * n_in * n_out >= THREADED_MACS else 1
     by_columns = N <= FEW_ROWS
 
     def part(s: slice) -> None:
@@ -63,17 +63,17 @@ def linear_parts(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
             y[s] += b
 
     parts = (
-        _bounds(n_out, PARTS_PER_THREAD * n, COLUMN_ALIGN)
+        bounds(n_out, PARTS_PER_THREAD * n, COLUMN_ALIGN)
         if by_columns
-        else _bounds(N, PARTS_PER_THREAD * n, 1)
+        else bounds(N, PARTS_PER_THREAD * n, 1)
     )
     with single_threaded():
-        parallel.run(part, parts)
+        threads.run(part, parts)
     return y.reshape(*x.shape[:-1], n_out)
 
 
 @functools.lru_cache(maxsize=256)
-def _bounds(size: int, parts: int, align: int) -> list[slice]:
+def bounds(size: int, parts: int, align: int) -> list[slice]:
     """``parts`` consecutive slices (fewer if ``size`` is small) that cover 0 … size-1, each
     starting on a multiple of ``align`` (remembered: a decode step asks the same ~10 again)."""
     if parts <= 1:

@@ -181,8 +181,8 @@ class Tokenizer:
             self._token_bytes[i] = token.translate(to_latin1).encode("latin-1")
         self._token_bytes[self._eot_token] = ENDOFTEXT.encode("utf-8")
         # GPT-2's vocabulary is closed under BPE: each token's own text encodes to that token
-        # alone (tests/test_tokenizer.py checks all 50256), so the cache can start with every
-        # token whose bytes are text. Other vocabularies need not be closed: no head start.
+        # alone (tests/tokenizer/test_tokenizer.py checks all 50256), so the cache can start with
+        # every token whose bytes are text. Other vocabularies need not be closed: no head start.
         whole: dict[str, tuple[int, ...]] = {}
         if digests == (ENCODER_JSON_SHA256, VOCAB_BPE_SHA256):
             for i, data in enumerate(self._token_bytes):
