@@ -18,7 +18,7 @@ import pathlib
 from typing import Any, Optional, Union
 
 from ..errors import CheckpointError
-from ..support.bounded_read import read_small_file
+from ..support.bounded_read import open_regular, read_small_file
 from .tokens import OPENAI_PATTERN, TOKENIZER_FORMAT
 
 __all__ = ["TokenizerReport", "compare_tokenizer", "json_values", "read_tokenizer_golden"]
@@ -118,14 +118,15 @@ def _load(
             raise CheckpointError(f"{label}: {_size(label):,} bytes, more than a {what} of its "
                                   f"golden's cases may hold ({max_bytes:,}: 16 times the "
                                   "golden's bytes, and 1 MiB more)")  # fmt: skip
-        data = read_small_file(pathlib.Path(label), max_bytes)  # refuses a larger file unread
-        size = (len(data), json_values(data))
         limit = MAX_VALUES if max_values is None else max_values
-        if size[1] > limit:
+        values = _values_in_file(label, max_bytes)  # counted a MiB at a time, before reading
+        if values > limit:
             raise CheckpointError(
-                f"{label}: holds more JSON values (about {size[1]:,}) than a {what} may "
+                f"{label}: holds more JSON values (about {values:,}) than a {what} may "
                 f"({limit:,}{_WHY_LIMIT if max_values is not None else ''})"
             )
+        data = read_small_file(pathlib.Path(label), max_bytes)  # refuses a larger file unread
+        size = (len(data), json_values(data))
         try:
             doc = json.loads(data.decode("utf-8"))
         except (ValueError, RecursionError) as e:
@@ -147,6 +148,21 @@ def _size(path: str) -> int:
         return os.stat(path).st_size
     except OSError:
         return 0  # read_small_file says what is wrong with it
+
+
+def _values_in_file(path: str, max_bytes: int) -> int:
+    """:func:`json_values` of the regular file at ``path``, read a MiB at a time (at most
+    ``max_bytes`` and one more: read_small_file then refuses a larger file)."""
+    containers = commas = seen = 0
+    with os.fdopen(open_regular(path), "rb") as f:
+        while seen <= max_bytes:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            seen += len(chunk)
+            containers += chunk.count(b"[") + chunk.count(b"{")
+            commas += chunk.count(b",")
+    return 2 * containers + commas + 1
 
 
 def json_values(data: bytes) -> int:
