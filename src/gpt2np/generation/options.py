@@ -351,6 +351,7 @@ class Options:
     num_beams: int
     length_penalty: float
     early_stopping: Union[bool, str]
+    from_config: frozenset[str] = frozenset()  # the options generation_config.json gave
 
     def new_tokens(self, longest: int) -> int:
         """max_new_tokens, or for max_length: what is left after the longest prompt."""
@@ -439,7 +440,7 @@ def _resolve(values: dict[str, Any], from_config: set[str], is_text: bool) -> Op
         pad_token_id=values["pad_token_id"] or 0, logprobs=values["logprobs"],
         logprobs_mode=values["logprobs_mode"], echo=values["echo"], stream=values["stream"],
         num_beams=values["num_beams"] or 1, length_penalty=_or(values["length_penalty"], 1.0),
-        early_stopping=_or(values["early_stopping"], False),
+        early_stopping=_or(values["early_stopping"], False), from_config=frozenset(from_config),
     )  # fmt: skip
 
 
