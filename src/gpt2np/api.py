@@ -17,7 +17,7 @@ import os
 import pathlib
 import sys
 import threading
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from .sources.openai_release_digests import provenance
 from .support.paths import expand_user
 from .support.progress import show_progress
 from .tokenizer.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from .generation.results import Generate
 
 __all__ = ["generate", "load", "save"]
 
@@ -284,23 +287,41 @@ _models: dict[tuple[str, Optional[str]], GPT2] = {}
 _models_lock = threading.Lock()
 
 
-def generate(
-    prompt: Any = None,
-    max_new_tokens: Optional[int] = None,
-    *,
-    model: Union[PathLike, GPT2] = "124M",
-    dtype: Any = None,
-    **options: Any,
-) -> Any:
-    """:meth:`gpt2np.GPT2.generate` with the model given as a :class:`GPT2`, or as a name
-    ("124M") or directory for :func:`load`, loaded once per process and ``dtype`` and reused.
-    The same positional arguments as ``model.generate`` (prompt, max_new_tokens) and the same
-    keyword arguments (:data:`gpt2np.generation.options.OPTIONS`, listed below); ``progress``
-    (:mod:`gpt2np.support.progress`) goes to the loading and the generation.
+if TYPE_CHECKING:  # the result's type from the arguments: str, list, Completion, Iterator
+    generate: Generate  # (gpt2np.generation.results; model= and dtype= go with the options)
+else:
 
-    The arguments are checked before a named model is loaded (and perhaps downloaded); the
-    model's generation_config.json then gives the defaults the call left out.
-    """
+    def generate(
+        prompt: Any = None,
+        max_new_tokens: Optional[int] = None,
+        *,
+        model: Union[PathLike, GPT2] = "124M",
+        dtype: Any = None,
+        **options: Any,
+    ) -> Any:
+        """:meth:`gpt2np.GPT2.generate` with the model given as a :class:`GPT2`, or as a name
+        ("124M") or directory for :func:`load`, loaded once per process and ``dtype`` and
+        reused. The same positional arguments as ``model.generate`` (prompt, max_new_tokens)
+        and the same keyword arguments (:data:`gpt2np.generation.options.OPTIONS`, listed
+        below); ``progress`` (:mod:`gpt2np.support.progress`) goes to the loading and the
+        generation.
+
+        The arguments are checked before a named model is loaded (and perhaps downloaded); the
+        model's generation_config.json then gives the defaults the call left out.
+        """
+        return _generate(prompt, max_new_tokens, model, dtype, options)
+
+
+generate.__signature__ = options_module.signature(  # type: ignore[attr-defined]  # not in typeshed's FunctionType
+    list(inspect.signature(generate).parameters.values())[:-1]  # without **options
+)
+generate.__doc__ = (generate.__doc__ or "") + options_module.describe(" " * 8)
+
+
+def _generate(
+    prompt: Any, max_new_tokens: Any, model: Any, dtype: Any, options: dict[str, Any]
+) -> Any:
+    """gpt2np.generate's work: check the call, then load the model (once) and generate."""
     if isinstance(max_new_tokens, (str, os.PathLike, GPT2)):
         raise TypeError(
             "the second argument of gpt2np.generate is max_new_tokens, as in model.generate; "
@@ -311,12 +332,6 @@ def generate(
     options_module.check_args(prompt, **options)  # the call's own values, before any load
     resolved = _resolve_model(model, dtype, progress)
     return resolved.generate(prompt, progress=progress, **options)
-
-
-generate.__signature__ = options_module.signature(  # type: ignore[attr-defined]  # not in typeshed's FunctionType
-    list(inspect.signature(generate).parameters.values())[:-1]  # without **options
-)
-generate.__doc__ = (generate.__doc__ or "") + options_module.describe()
 
 
 def _resolve_model(model: Any, dtype: Any, progress: Optional[bool] = None) -> GPT2:
