@@ -195,7 +195,9 @@ def _load_from_hub(
     from in ``model.source``."""
     snap = hub.snapshot(repo, revision, token=token, progress=progress)
     try:
-        model = _model(load_files(snap.files), dtype, fast, mmap)
+        checkpoint = load_files(snap.files)
+        lacking = snap.missing_tokenizer() if checkpoint.vocabulary is None else None
+        model = _model(checkpoint, dtype, fast, mmap, lacking)
     except CheckpointError as e:
         raise CheckpointError(f"{e}\n(in {repo} at commit {snap.commit})") from e
     model.source = snap
@@ -219,23 +221,32 @@ def _raise_if_incomplete_release(path: pathlib.Path, error: CheckpointError) -> 
 _NEEDED_TO_LOAD = {"hparams.json", "model.ckpt.index", "model.ckpt.data-00000-of-00001"}
 
 
-def _model(checkpoint: Any, dtype: Any, fast: bool, mmap: bool = True) -> GPT2:
+def _model(
+    checkpoint: Any, dtype: Any, fast: bool, mmap: bool = True, lacking: Optional[str] = None
+) -> GPT2:
     """A GPT2 of what load_dir read. Its tokenizer is parsed on first use (parsing 1.5 MB of
     vocabulary would double the time of a warm load); with one of the two vocabulary files
     missing, that first use raises, naming both: GPT-2's bundled vocabulary would tokenize
-    silently wrong if the directory's own differs. Without ``mmap``, every read-only
+    silently wrong if the directory's own differs; so does it with ``lacking`` (why the
+    tokenizer is not there: a snapshot read offline without one). Without ``mmap``, every read-only
     (memory-mapped) weight is read into a writable array."""
     load_tokenizer = None
     if checkpoint.vocabulary is not None and len(checkpoint.vocabulary) == 1:
         load_tokenizer = functools.partial(Tokenizer.from_tokenizer_json, *checkpoint.vocabulary)
     elif checkpoint.vocabulary is not None:
         load_tokenizer = functools.partial(Tokenizer.from_files, *checkpoint.vocabulary)
+    elif lacking is not None:
+        load_tokenizer = functools.partial(_no_tokenizer, lacking)
     params = checkpoint.params
     if not mmap:
         params = map_params(lambda a: a if a.flags.writeable else np.array(a), params)
     model = GPT2(checkpoint.hparams, params, dtype=dtype, fast=fast, load_tokenizer=load_tokenizer)
     model.generation_config = dict(checkpoint.generation)
     return model
+
+
+def _no_tokenizer(why: str) -> Tokenizer:
+    raise CheckpointError(why)
 
 
 def _looks_like_path(name_or_path: PathLike) -> bool:

@@ -594,16 +594,79 @@ def test_save_on_a_full_disk_leaves_nothing(tmp_path, monkeypatch, target, exist
         assert os.listdir(tmp_path) == []  # not even the parent it made
 
 
-def test_save_into_an_existing_directory_replaces_its_files(tmp_path):
-    (tmp_path / "vocab.json").write_text("another model's")
-    (tmp_path / "merges.txt").write_text("another model's")
-    (tmp_path / "notes.txt").write_text("mine")
+def test_save_into_an_existing_directory_replaces_the_model_and_refuses_other_files(tmp_path):
+    """Over another model, the whole directory is replaced (its vocabulary does not stay
+    beside the new weights); a directory holding a file of the user's is refused, untouched."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "vocab.json").write_text("another model's")
+    (out / "merges.txt").write_text("another model's")
+    (out / "notes.txt").write_text("mine")
     hp = gpt2np.HParams(n_vocab=50, n_ctx=8, n_embd=12, n_head=3, n_layer=1)
     model = gpt2np.GPT2(hp, gpt2np.init_params(hp, seed=3))  # no vocabulary to copy
-    save(model, tmp_path)
-    assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors", "notes.txt"]
+    with pytest.raises(ValueError, match=r"refusing to save into .*out: it holds notes.txt"):
+        save(model, out)
+    assert sorted(os.listdir(out)) == ["merges.txt", "notes.txt", "vocab.json"]
+    (out / "notes.txt").unlink()
+    save(model, out)
+    assert sorted(os.listdir(out)) == ["config.json", "model.safetensors"]
+    assert os.listdir(tmp_path) == ["out"]
     with pytest.raises(ValueError, match="not a directory"):
-        save(model, tmp_path / "notes.txt")
+        save(model, out / "config.json")
+
+
+@pytest.mark.parametrize("point", ["gpt2np.support.atomic.exchange", "shutil.rmtree"])
+def test_a_save_over_another_model_killed_at_any_step_leaves_one_model_whole(tmp_path, point):
+    """SIGKILL just before the new directory is swapped in, and just after (before the old one
+    is removed): the directory holds the old model or the new one, each whole, never the new
+    weights beside the old vocabulary."""
+    from tests.helpers.killpoints import Kill, kill_all
+
+    old = load(TF_SMALL, use_cache=False)
+    out = tmp_path / "out"
+    save(old, out)  # with vocab.json + merges.txt
+    setup = ("import gpt2np; hp = gpt2np.HParams(n_vocab=50, n_ctx=8, n_embd=12, n_head=3, "
+             "n_layer=1); m = gpt2np.GPT2(hp, gpt2np.init_params(hp, seed=3))")  # fmt: skip
+    kill_all([Kill(setup, f"gpt2np.save(m, {str(out)!r})", point)])
+    files = sorted(os.listdir(out))
+    got = flatten(load(out).params)
+    if files == ["config.json", "merges.txt", "model.safetensors", "vocab.json"]:
+        assert all(np.array_equal(a, got[k]) for k, a in flatten(old.params).items())
+    else:
+        assert files == ["config.json", "model.safetensors"]
+        hp = gpt2np.HParams(n_vocab=50, n_ctx=8, n_embd=12, n_head=3, n_layer=1)
+        new = flatten(gpt2np.init_params(hp, seed=3))
+        assert all(np.array_equal(a, got[k]) for k, a in new.items())
+    assert files == (["config.json", "model.safetensors"] if point == "shutil.rmtree" else
+                     ["config.json", "merges.txt", "model.safetensors", "vocab.json"])  # fmt: skip
+
+
+def test_a_saved_directory_stays_locked_until_it_is_in_place(tmp_path, monkeypatch):
+    """Between the end of the writing and the rename, a sweep from a process that cannot see
+    the writer's pid (another pid namespace: os.kill says no such process) finds the temporary
+    directory still locked, and leaves it."""
+    import subprocess
+    import sys
+
+    sweeper = (
+        "import os, sys\n"
+        "def gone(pid, sig):\n    raise ProcessLookupError(pid)\n"
+        "os.kill = gone\n"
+        "from gpt2np.support.atomic import sweep\n"
+        "sweep(sys.argv[1])\n"
+    )
+    real_rename, swept = os.rename, []
+
+    def rename(src, dst):  # the window: everything written, not yet renamed
+        subprocess.run([sys.executable, "-c", sweeper, str(tmp_path)], check=True, timeout=60)
+        swept.append(os.path.isdir(src))
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    hp = gpt2np.HParams(n_vocab=50, n_ctx=8, n_embd=12, n_head=3, n_layer=1)
+    save(gpt2np.GPT2(hp, gpt2np.init_params(hp, seed=3)), tmp_path / "out")
+    assert swept == [True]
+    assert sorted(os.listdir(tmp_path / "out")) == ["config.json", "model.safetensors"]
 
 
 def test_save_on_a_really_full_file_system(tmp_path):
@@ -634,7 +697,7 @@ def test_what_a_killed_save_leaves_the_next_save_removes(tmp_path):
     cases = {  # name: (out exists already, the call where it is killed)
         "writing": (False, "os.fsync", 1),
         "renaming": (False, "os.rename", 1),
-        "merging": (True, "os.replace", 3),
+        "swapping": (True, "gpt2np.support.atomic.exchange", 1),
     }
     kills = []
     for name, (existing, point, nth) in cases.items():
@@ -643,9 +706,8 @@ def test_what_a_killed_save_leaves_the_next_save_removes(tmp_path):
         setup = f"import gpt2np; m = gpt2np.load({str(TF_SMALL)!r}, use_cache=False)"
         kills.append(Kill(setup, f"gpt2np.save(m, {str(out)!r})", point, nth))
     kill_all(kills)
-    for name, (existing, _, _) in cases.items():
-        where = tmp_path / name / ("out" if existing else "")
-        assert any(n.startswith(".out.") for n in os.listdir(where)), name  # left
+    for name in cases:
+        assert any(n.startswith(".out.") for n in os.listdir(tmp_path / name)), name  # left
     model = load(TF_SMALL, use_cache=False)
     for name in cases:
         save(model, tmp_path / name / "out")

@@ -137,6 +137,24 @@ def test_a_stretch_without_spaces_is_bounded(monkeypatch, capsys) -> None:
     )
     monkeypatch.setattr(sys, "stdin", Blocks(b"ab " * 200, 16))  # long, with spaces: fine
     assert cli.main(["tokenize", "-"]) == 0
+    capsys.readouterr()
+
+
+def test_tokenize_takes_a_long_run_of_spaces_and_names_what_it_refuses(
+    tok, monkeypatch, capsys
+) -> None:
+    """A run of ASCII whitespace is not held (the tokenizer keeps it as runs): all-space input
+    longer than MAX_STRETCH is tokenized; a run of U+3000 (held whole) is refused, the message
+    saying it is whitespace, not "without a space"."""
+    monkeypatch.setattr(gpt2np.cli.text, "MAX_STRETCH", 100)
+    monkeypatch.setattr(gpt2np.tokenizer.tokenizer, "READ_CHARS", 32)
+    monkeypatch.setattr(sys, "stdin", Blocks(b"x" + b" " * 1000 + b"\n" * 500 + b"y", 16))
+    assert cli.main(["tokenize", "-"]) == 0
+    assert ids_of(capsys.readouterr().out) == tok.encode("x" + " " * 1000 + "\n" * 500 + "y")
+    monkeypatch.setattr(sys, "stdin", Blocks("\u3000".encode() * 300, 15))
+    assert cli.main(["tokenize", "-"]) == 1
+    err = capsys.readouterr().err
+    assert "over 100 characters of whitespace in a row" in err and "without a space" not in err
 
 
 def test_detokenize_streams_and_keeps_the_exact_text(tok, monkeypatch) -> None:
@@ -156,7 +174,9 @@ def test_detokenize_streams_and_keeps_the_exact_text(tok, monkeypatch) -> None:
     "data, words",
     [(b"\0" * 1000, "must be integers separated by spaces or commas, got '\\x00"),
      (b"15496 " + b"7" * 500, "must be integers"), (b"1 2 x3 4", "'x3'"), (b" \n ,", "no token"),
-     (b"15496 995 [1]", "unbalanced brackets")],
+     (b"15496 995 [1]", "unbalanced brackets"), ("١٢".encode(), "'١٢' (an id is ASCII digits)"),
+     (b"1_000", "'1_000' (an id"), (b"+5", "'+5' (an id"), (b"-5", "'-5' (an id"),
+     (b"[15496, +5]", "'+5' (an id")],
 )  # fmt: skip
 def test_detokenize_stream_errors(monkeypatch, capsys, data, words) -> None:
     monkeypatch.setattr(sys, "stdin", Blocks(data, 7))
@@ -231,3 +251,37 @@ def test_score_json_has_no_infinities(model_dir, tmp_path, capsys, monkeypatch) 
     path.write_text("a b c d e f", encoding="utf-8")
     assert cli.main(["score", str(path), "--model", str(model_dir), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["perplexity"] is None
+
+
+def test_detokenize_of_whitespace_only_stdin_holds_a_block_not_the_input(monkeypatch, capsys):
+    """Whitespace before the first id is dropped as it arrives: 8 MiB of it are read in 64 KiB
+    blocks with a peak of a few blocks (it was held whole, and searched again at every block)."""
+    import tracemalloc
+
+    data = b" \n\t" * ((8 << 20) // 3)
+    monkeypatch.setattr(sys, "stdin", Blocks(data + b"15496 995", 1 << 16))
+    gpt2np.cli.text._tokenizer()  # built before: its tables are not the input's
+    tracemalloc.start()
+    try:
+        assert cli.main(["detokenize"]) == 0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert capsys.readouterr().out == "Hello world"
+    assert peak < 4 << 20, peak
+
+
+def test_tokenize_json_ends_a_complete_object_when_it_refuses_an_input(
+    tmp_path, capsys, monkeypatch
+):
+    """A special token met after ids were written: stdout still holds one JSON object (the ids
+    before it and the error), and stderr the one-line error."""
+    monkeypatch.setattr(gpt2np.tokenizer.tokenizer, "READ_CHARS", 16)  # several batches
+    path = tmp_path / "t.txt"
+    path.write_text("Hello world " * 3000 + "<|endoftext|>", encoding="utf-8")
+    assert cli.main(["tokenize", "--file", str(path), "--json"]) == 1
+    captured = capsys.readouterr()
+    record = json.loads(captured.out)
+    assert "special token <|endoftext|>" in record["error"]
+    assert record["n_tokens"] == len(record["ids"]) and record["ids"][:2] == [15496, 995]
+    assert captured.err.startswith("gpt2np: error: ") and captured.err.count("\n") == 1

@@ -6,12 +6,15 @@ A case's ``server.json`` is the plan: every header the server sends, every statu
 for its faults. Unmutated, it is a server that behaves. A case changes one value: a header
 becomes "²", "../../..", "/abs", a commit of "g"s, a Location with a backslash; a status becomes
 0, 301, 416 or 503; a fault is switched on (an endless chunked body, a head or a body trickled a
-byte at a time, a cut, a reset, a lying Content-Length, gzip, a 206 from the wrong offset). The
-check runs gpt2np against that server and judges:
+byte at a time, a cut, a reset, a lying Content-Length, gzip, a 206 from the wrong offset, a
+chain of slow redirects, no LFS pointer for weights whose size the hub leaves out). The check
+runs gpt2np against that server and judges:
 
 * the outcome: the right model (or files), or a DownloadError or CheckpointError; never another
   exception, never other weights, never GPT-2's bundled tokenizer in place of the repository's;
 * the token: no request to the CDN or to another host carries it;
+* the bounds: an endless body is cut at the file's size or cap; a slow redirect chain is cut
+  by one deadline per attempt (a few hops), not followed to its 30th hop;
 * the disk: nothing outside GPT2NP_HOME (or models_dir); after a failure, only what a later call
   resumes: no lock, no temporary, no empty partial file, none without a validator;
 * what comes next: offline, the cache gives the right model or refuses; online, a server that
@@ -52,7 +55,9 @@ VALUES: tuple[Any, ...] = (
     "bytes 0-0/1", "bytes */0",
 )  # fmt: skip
 FAULTS = {"cut_at": None, "reset_at": None, "length": None, "wrong_start": 0, "endless": False,
-          "no_length": False, "trickle": False, "head_trickle": False, "gzip": False}  # fmt: skip
+          "no_length": False, "trickle": False, "head_trickle": False, "gzip": False,
+          "slow_redirects": False}  # fmt: skip
+SLOW_HOP = 0.15  # seconds each hop of a slow redirect chain takes (HEAD_DEADLINE is 0.5 here)
 
 
 def tiny_files() -> dict[str, bytes]:
@@ -75,7 +80,7 @@ def quick() -> Iterator[None]:
     small = [(http, "CONNECT_TIMEOUT", 1.0), (http, "READ_TIMEOUT", 1.0),
              (http, "STALL_SECONDS", 0.5), (http, "STALL_BYTES", 1024), (http, "ATTEMPTS", 2),
              (http, "BACKOFF_SECONDS", 0.001), (session, "HEAD_DEADLINE", 0.5),
-             (lock, "LOCK_POLL_SECONDS", 0.01)]  # fmt: skip
+             (lock, "LOCK_POLL_SECONDS", 0.01), (hub, "MAX_WEIGHTS_BYTES", 1 << 20)]  # fmt: skip
     saved = [(m, n, getattr(m, n)) for m, n, _ in small]
     caps = [getattr(m, "MAX_BYTES", {}) for m in (hub, openai)]
     kept = [dict(c) for c in caps]
@@ -146,6 +151,21 @@ def apply_faults(bucket: Bucket, path: str, plan: Any) -> None:
         bucket.trickle[path] = (0.005, 1)
     if plan.get("head_trickle"):
         bucket.head_trickle[path] = (0.02, 3.0)
+    if plan.get("slow_redirects"):
+        bucket.slow_redirects[path] = (SLOW_HOP, 30)
+
+
+def few_hops(bucket: Bucket) -> None:
+    """Each attempt's redirect hops share one deadline: a slow chain is cut after a few."""
+    import math
+
+    from gpt2np.sources import http, session
+
+    per_attempt = math.ceil(session.HEAD_DEADLINE / SLOW_HOP) + 1
+    for path in bucket.slow_redirects:
+        hops = len(bucket.requests_for(path))
+        if hops > http.ATTEMPTS * http.VERIFY_ATTEMPTS * per_attempt + 2:
+            raise Wrong(f"{hops} requests for {path} along a slow redirect chain")
 
 
 def status_of(value: Any) -> int | None:
@@ -175,7 +195,7 @@ def hub_plan() -> dict[str, Any]:
     blob = tiny_files()["model.safetensors"]
     cdn = {"status": 200, "headers": {"Content-Type": "application/octet-stream",
                                       "ETag": etag_of(blob)}, **FAULTS}  # fmt: skip
-    return {"files": files, "cdn": cdn}
+    return {"files": files, "cdn": cdn, "pointers": True}
 
 
 def make_hub_case(case: pathlib.Path) -> None:
@@ -200,6 +220,7 @@ def script_hub(hub: Hub, plan: Any, urls: dict[str, str]) -> None:
                 where[key] = [status] * 20
         if mine.get("endless"):
             hub.endless.add(key)
+    hub.pointers = bool(plan.get("pointers", True))
     (blob,) = [p for p in hub.cdn.files if p.startswith("blobs/")]
     cdn = plan.get("cdn") if isinstance(plan.get("cdn"), dict) else {}
     if status_of(cdn.get("status", 200)) is not None:
@@ -293,6 +314,7 @@ def hub_server(case: pathlib.Path) -> None:
                 except (DownloadError, CheckpointError) as e:
                     refused = e
         no_token_elsewhere(hub.cdn, other)
+        few_hops(hub.cdn)
         if sorted(os.listdir(case.parent)) != outside or set(os.listdir(case)) - {
             "server.json",
             "home",
@@ -394,6 +416,7 @@ def file_server(case: pathlib.Path) -> None:
                 right_files(gpt2np.download("124M", models_dir=models, base_url=url), lying)
             except DownloadError as e:
                 refused = e
+        few_hops(bucket)
         if sorted(os.listdir(case.parent)) != outside or set(os.listdir(case)) - {
             "server.json",
             "models",

@@ -99,6 +99,9 @@ class Bucket:
     endless: set[str] = dataclasses.field(default_factory=set)
     #: paths sent gzip-compressed, with Content-Encoding: gzip (whatever the client asked for)
     gzip: set[str] = dataclasses.field(default_factory=set)
+    #: path -> (seconds, hops): a chain of ``hops`` redirects to the path itself (?hop=N), each
+    #: answered ``seconds`` after it is asked, before the file
+    slow_redirects: dict[str, tuple[float, int]] = dataclasses.field(default_factory=dict)
     piece: int = PIECE
     piece_delay: float = 0.0  # seconds between pieces, to make transfers overlap
     log: list[Served] = dataclasses.field(default_factory=list)
@@ -139,9 +142,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         with self.server.bucket.lock:
             self.server.bucket.log.append(record)
         try:
-            self._answer(record)
+            if not self._redirect_slowly(record):
+                self._answer(record)
         finally:
             record.finished.set()
+
+    def _redirect_slowly(self, record: Served) -> bool:
+        """A hop of a slow redirect chain (Bucket.slow_redirects), if this request is one."""
+        chain = self.server.bucket.slow_redirects.get(record.path)
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        hop = int(query.get("hop", ["0"])[0])
+        if chain is None or hop >= chain[1]:
+            return False
+        time.sleep(chain[0])
+        record.status = 307
+        self._reply_empty(307, {"Location": f"/{record.path}?hop={hop + 1}"})
+        return True
 
     def do_HEAD(self) -> None:  # logged, and answered with the status a GET would get
         record = Served(urllib.parse.urlsplit(self.path).path.lstrip("/"), None, 0,

@@ -11,6 +11,8 @@ and yields the endpoint URL. What it imitates, as huggingface_hub expects it:
 * a file stored with LFS (``.safetensors``, ``.bin``, or ``lfs=`` names) gets a 302 to
   ``{cdn}/blobs/{sha256}?X-Amz-Signature=…`` (a fresh signature each time, like a signed URL),
   with ``X-Linked-Etag`` = its SHA-256 and ``X-Linked-Size``;
+* ``GET /{repo}/raw/{revision}/{file}``: a small file's bytes, or an LFS file's pointer
+  (``version …``, ``oid sha256:…``, ``size …``), unless ``pointers`` is False;
 * a renamed repository: 307 to the new name on the same host (relative ``Location``);
 * 401 ``RepoNotFound`` for an unknown (or private, without a token) repository, 401
   ``GatedRepo`` for a gated one without a token and 403 with a token that has no access,
@@ -99,6 +101,7 @@ class Hub:
     redirect: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)
     #: (repo, file) of small files whose GET body is chunked and endless (after the file)
     endless: set[tuple[str, str]] = dataclasses.field(default_factory=set)
+    pointers: bool = True  # serve /raw/ (an LFS file's pointer); False: 404 there
     cdn: Bucket = dataclasses.field(default_factory=lambda: Bucket({}))
     cdn_url: str = ""
     log: list[Logged] = dataclasses.field(default_factory=list)
@@ -166,8 +169,12 @@ class _HubHandler(http.server.BaseHTTPRequestHandler):
         hub = self.server.hub
         path = urllib.parse.urlsplit(self.path).path
         parts = path.lstrip("/").split("/")
-        if len(parts) < 5 or parts[2] != "resolve":
+        if len(parts) < 5 or parts[2] not in ("resolve", "raw"):
             self._error(404, "NotFound")
+            return
+        raw = parts[2] == "raw"
+        if raw and not hub.pointers:
+            self._error(404, "EntryNotFound")
             return
         repo_id, revision = "/".join(parts[:2]), urllib.parse.unquote(parts[3])
         name = urllib.parse.unquote("/".join(parts[4:]))
@@ -205,7 +212,13 @@ class _HubHandler(http.server.BaseHTTPRequestHandler):
             return
         data = files[name]
         headers = {"X-Repo-Commit": commit, "Accept-Ranges": "bytes"}
-        if repo.is_lfs(name):
+        if repo.is_lfs(name) and raw:
+            sha256 = hashlib.sha256(data).hexdigest()
+            data = (b"version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %d\n"
+                    % (sha256.encode(), len(data)))  # fmt: skip
+            headers.update({"ETag": f'"{git_blob_sha1(data)}"', "Content-Type": "text/plain"})
+            status = 200
+        elif repo.is_lfs(name):
             sha256 = hashlib.sha256(data).hexdigest()
             signature = next(hub._signature)
             headers.update({

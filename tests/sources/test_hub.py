@@ -224,6 +224,100 @@ def test_the_huggingface_hub_cache_is_used_read_only(env, monkeypatch) -> None:
         gpt2np.load(REPO, progress=False)
 
 
+#: The three shapes of a cache that huggingface_hub writes: the model alone (no
+#: generation_config.json either), the slow tokenizer's files, the fast tokenizer's file.
+HF_SHAPES = {
+    "model": ["config.json", "model.safetensors"],
+    "slow": ["config.json", "generation_config.json", "vocab.json", "merges.txt",
+             "model.safetensors"],
+    "fast": ["config.json", "generation_config.json", "tokenizer.json", "model.safetensors"],
+}  # fmt: skip
+
+_HF_DOWNLOAD = """
+import json, sys
+from huggingface_hub import hf_hub_download
+endpoint, repo, shapes = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+for cache, names in shapes.items():
+    for name in names:
+        hf_hub_download(repo, name, cache_dir=cache, endpoint=endpoint)
+"""
+
+
+def hf_hub_caches(root: pathlib.Path, shapes: dict[str, list[str]]) -> dict[str, pathlib.Path]:
+    """shape -> a cache written by huggingface_hub's own hf_hub_download of those files, from
+    the loopback hub (in a child process: huggingface_hub reads its environment at import)."""
+    import subprocess
+    import sys
+
+    caches = {shape: root / f"hf-{shape}" for shape in shapes}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env.update(HF_HUB_DISABLE_TELEMETRY="1", HF_HOME=str(root / "hf-home-dl"))
+    with serve_hub(tiny_hub()) as url:
+        subprocess.run(
+            [sys.executable, "-c", _HF_DOWNLOAD, url, REPO,
+             json.dumps({str(caches[s]): names for s, names in shapes.items()})],
+            env=env, check=True, timeout=120,
+        )  # fmt: skip
+    return caches
+
+
+def test_offline_huggingface_hub_caches_load_as_transformers_reads_them(env, monkeypatch):
+    """Caches that huggingface_hub itself wrote, read offline: with vocab.json + merges.txt or
+    tokenizer.json the model and its tokenizer load; with the model alone the model loads
+    (no generation_config.json: the defaults), and text names the files to fetch."""
+    caches = hf_hub_caches(env, HF_SHAPES)
+    assert not (caches["slow"] / "models--tiny-org--tiny-gpt2" / ".no_exist").exists()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    ids = json.loads((HUB / "tokenizer" / "ids.json").read_text())
+    for shape in ("slow", "fast"):
+        monkeypatch.setenv("HF_HUB_CACHE", str(caches[shape]))
+        model = gpt2np.load(REPO, progress=False)
+        assert_tiny(model)
+        assert model.tokenizer.encode("Hello world") == ids["Hello world"]
+        assert model.generation_config["max_length"] == 24
+    monkeypatch.setenv("HF_HUB_CACHE", str(caches["model"]))
+    model = gpt2np.load(REPO, progress=False)
+    assert_tiny(model)
+    assert model.generation_config == {} and set(model.source.hf_cache) == set(HF_SHAPES["model"])
+    with pytest.raises(CheckpointError, match=r"no tokenizer: fetch vocab.json and merges.txt "
+                                              r"\(or tokenizer.json\)"):  # fmt: skip
+        model.tokenizer.encode("Hello")
+    with pytest.raises(CheckpointError, match=r"hf download tiny-org/tiny-gpt2 vocab.json"):
+        model.generate("Hello", max_new_tokens=2)
+
+
+def test_offline_a_cache_written_by_hand_in_huggingface_hubs_layout(env, monkeypatch):
+    """blobs/<etag>, snapshots/<commit>/<name> -> ../../blobs/<etag>, refs/main, and no
+    .no_exist/ record at all: the model with vocab.json + merges.txt loads offline."""
+    import hashlib
+
+    from tests.helpers.hubfixture import git_blob_sha1
+
+    folder = env / "hf" / "models--tiny-org--tiny-gpt2"
+    snap = folder / "snapshots" / CACHED_COMMIT
+    snap.mkdir(parents=True)
+    (folder / "blobs").mkdir()
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text(CACHED_COMMIT)
+    for name in HF_SHAPES["slow"]:
+        data = tiny_files()[name]
+        lfs = name.endswith(".safetensors")
+        etag = hashlib.sha256(data).hexdigest() if lfs else git_blob_sha1(data)
+        (folder / "blobs" / etag).write_bytes(data)
+        (snap / name).symlink_to(f"../../blobs/{etag}")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = gpt2np.load(REPO, progress=False)
+    assert_tiny(model)
+    ids = json.loads((HUB / "tokenizer" / "ids.json").read_text())
+    assert model.tokenizer.encode("Hello world") == ids["Hello world"]
+    # a blob damaged by hand is still refused, by name
+    shutil.rmtree(env / "home", ignore_errors=True)
+    blob = (snap / "config.json").resolve()
+    blob.write_bytes(blob.read_bytes().replace(b"{", b"{ ", 1))
+    with pytest.raises(DownloadError, match=r"holds no config.json"):
+        gpt2np.load(REPO, progress=False)
+
+
 def test_offline_names_what_is_missing(env, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(RepoNotFound, match=r"HF_HUB_OFFLINE=1.*no snapshot of org/absent"):
@@ -452,6 +546,40 @@ def test_endless_bodies_are_cut_at_the_size_the_file_must_have(env, monkeypatch)
             gpt2np.load(REPO, revision=hub.repos[REPO].refs["main"], progress=False)
     leftovers = [p for p in (env / "home").rglob("*") if p.is_file()]
     assert not [p for p in leftovers if p.stat().st_size == 0 or p.name.endswith(".lock")]
+
+
+def test_weights_without_an_announced_size_are_bounded_by_their_lfs_pointer(env, monkeypatch):
+    """The hub sends the weights' SHA-256 but no X-Linked-Size: their LFS pointer says the size,
+    so an endless chunked body from the CDN is cut there, and nothing of it stays. Without a
+    pointer either, the body is refused at MAX_WEIGHTS_BYTES."""
+    from gpt2np.sources import hub as hub_module
+
+    monkeypatch.setattr(_fetch_module(), "ATTEMPTS", 2)
+    monkeypatch.setattr(_fetch_module(), "BACKOFF_SECONDS", 0.001)
+    hub = tiny_hub()
+    hub.omit[(REPO, "model.safetensors")] = {"X-Linked-Size"}
+    with serve_hub(hub) as url:
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        (blob,) = hub.cdn.files
+        size = len(hub.cdn.files[blob])
+        assert_tiny(gpt2np.load(REPO, progress=False))  # the pointer's size is the right one
+        assert any("/raw/" in r.path for r in hub.requests("GET"))
+        shutil.rmtree(env / "home")
+        hub.cdn.endless.add(blob)
+        first = len(hub.cdn.requests_for(blob))
+        with pytest.raises(DownloadError, match=rf"runs past the {size} bytes"):
+            gpt2np.load(REPO, progress=False)
+        cut = hub.cdn.requests_for(blob)[first:]
+        assert cut and all(r.hung_up and r.sent < size + (32 << 20) for r in cut)
+        hub.pointers = False
+        monkeypatch.setattr(hub_module, "MAX_WEIGHTS_BYTES", 1 << 20)
+        before = len(hub.cdn.requests_for(blob))
+        with pytest.raises(DownloadError, match=r"more than 1048576 bytes .* such a file may"):
+            gpt2np.load(REPO, progress=False)
+        (cut,) = hub.cdn.requests_for(blob)[before:]  # refused: not retried
+        assert cut.hung_up and cut.sent < (32 << 20)
+    left = [p for p in (env / "home").rglob("*") if p.is_file()]
+    assert [p.name for p in left] == ["config.json"]  # verified, for the next call
 
 
 def _fetch_module():

@@ -993,3 +993,95 @@ def test_stale_excl_lock_is_taken_over(tmp_path, monkeypatch) -> None:
     with file_lock.FileLock(lock, use_fcntl=False):
         assert lock.exists() and lock.stat().st_mtime > old
     assert not lock.exists()
+
+
+# -- one deadline across redirects and retries ---------------------------------------------------
+
+
+@contextlib.contextmanager
+def redirect_chain(location):
+    """A loopback server answering every request with a 307 to ``location(n)`` (n: requests so
+    far); yields (its URL, the paths asked for)."""
+    import http.server
+
+    asked: list[str] = []
+
+    class Hop(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def answer(self) -> None:
+            asked.append(self.path)
+            self.send_response(307)
+            self.send_header("Location", location(len(asked)))
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_HEAD = answer
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hop)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_one_deadline_holds_across_redirect_hops(tmp_path, monkeypatch) -> None:
+    """Each hop of a redirect chain answers 14 s after it is asked (by the session's clock,
+    which the server advances: nobody waits), inside HEAD_DEADLINE (15 s) one by one. The
+    attempt is cut at its second hop, not after 30 hops (7 minutes); the file fails after
+    ATTEMPTS such attempts, with nothing left behind."""
+    with redirect_chain(lambda n: f"/hop/{n}") as (url, asked):
+        monkeypatch.setattr(session, "clock", lambda: 14.0 * len(asked))
+        remote = fetch.RemoteFile(f"{url}/hop/0", tmp_path / "f.bin", size=10)
+        with session_for_test() as s, pytest.raises(gpt2np.DownloadError) as err:
+            fetch.fetch(remote, s)
+    assert "for this request, its redirects and retries" in str(err.value)
+    assert len(asked) == 2 * fetch.ATTEMPTS  # two hops per attempt, not 31
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_one_deadline_holds_across_the_hubs_redirects_and_retries(tmp_path, monkeypatch):
+    """The hub's HEAD of a file follows same-origin redirects itself: every hop, and every
+    retry, shares one deadline (about 64 s), whatever each hop takes below HEAD_DEADLINE."""
+    monkeypatch.setenv("GPT2NP_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    with redirect_chain(lambda n: f"/org/slow/resolve/main/config.json?hop={n}") as (url, asked):
+        monkeypatch.setenv("HF_ENDPOINT", url)
+        monkeypatch.setattr(session, "clock", lambda: 14.0 * len(asked))
+        with pytest.raises(gpt2np.DownloadError, match=r"no answer within \d+ s for this request"):
+            gpt2np.load("hf:org/slow", progress=False)
+    assert len(asked) == 5  # 14, 28, 42, 56, 70 s: the fifth hop came after 64 s
+
+
+@pytest.mark.parametrize("hub", [False, True])
+def test_a_location_with_a_bracketed_ipv4_host_is_a_download_error(tmp_path, monkeypatch, hub):
+    """``Location: http://[127.0.0.2]/`` makes urllib.parse raise ValueError: a DownloadError
+    naming the Location, from a download and from the hub's HEAD alike."""
+    monkeypatch.setenv("GPT2NP_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    with redirect_chain(lambda n: "http://[127.0.0.2]/") as (url, asked):
+        with pytest.raises(gpt2np.DownloadError, match=r"not a valid URL|not valid"):
+            if hub:
+                monkeypatch.setenv("HF_ENDPOINT", url)
+                gpt2np.load("hf:org/x", progress=False)
+            else:
+                with session_for_test() as s:
+                    fetch.fetch(fetch.RemoteFile(f"{url}/f", tmp_path / "f", size=1), s)
+    assert asked and not list(tmp_path.glob("f*"))
+
+
+@contextlib.contextmanager
+def session_for_test():
+    s = fetch.new_session()
+    try:
+        yield s
+    finally:
+        s.close()

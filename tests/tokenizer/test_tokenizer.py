@@ -674,6 +674,61 @@ def test_encode_stream_equals_encode_of_the_joined_text(
     assert flat(ordinary) == tok.encode_ordinary(text)
 
 
+WHITESPACE_RUN = st.builds(
+    lambda chars, n: "".join(c * n for c in chars),
+    st.lists(st.sampled_from([" ", "\n", "\t", "\r", "\x0b", "\x0c", "\u3000", "\x85"]),
+             min_size=1, max_size=4),
+    st.integers(1, 300),
+)  # fmt: skip
+
+
+@SETTINGS
+@given(
+    st.lists(st.one_of(TEXT, WHITESPACE_RUN, st.just("<|endoftext|>")), max_size=6),
+    st.lists(st.integers(0, 10**6), max_size=12),
+    st.integers(1, 40),
+)
+def test_encode_stream_of_whitespace_runs_equals_encode(
+    tok: Tokenizer, parts: list[str], cuts: list[int], read_chars: int
+) -> None:
+    """Runs of whitespace longer than READ_CHARS are held as runs of one character: the ids
+    are encode's, whatever follows the run (a word, other whitespace, the end)."""
+    text = "".join(parts)
+    with pytest.MonkeyPatch().context() as m:
+        m.setattr(tokenizer_module, "READ_CHARS", read_chars)
+        streamed = list(tok.encode_stream(chunked(text, cuts), allowed_special="all"))
+    assert all(streamed)
+    assert flat(streamed) == tok.encode(text, allowed_special="all")
+
+
+@pytest.mark.parametrize("run", [" ", "\n", " \t"])
+def test_encode_stream_holds_a_bounded_window_of_a_whitespace_run(tok: Tokenizer, run) -> None:
+    """2 MiB of spaces (of newlines; of two alternating characters, a run per character), then
+    a word: the ids are encode's, and for a run of one character the peak is under a block
+    of ids and two of text, not the run (it was held whole and merged as one piece: 10 MiB of
+    spaces took 0.39 GB)."""
+    import tracemalloc
+
+    block = (run * (1 << 16))[: 1 << 16]
+    n_blocks = 32 if len(run) == 1 else 4
+
+    def chunks():
+        for _ in range(n_blocks):
+            yield block
+        yield " end"
+
+    tok.encode(" end")  # caches warmed
+    tracemalloc.start()
+    try:
+        streamed = [i for ids in tok.encode_stream(chunks()) for i in ids]
+        peak = tracemalloc.get_traced_memory()[1] - 9 * len(streamed)  # less the result list
+    finally:
+        tracemalloc.stop()
+    assert streamed == tok.encode(block * n_blocks + " end")
+    if len(run) == 1:
+        assert peak < 2 << 20, peak
+
+
 def test_encode_stream_reads_files_in_blocks(tok: Tokenizer, monkeypatch) -> None:
     monkeypatch.setattr(tokenizer_module, "READ_CHARS", 50)
     text = "".join(case for case in ["Hello world. " * 40, "東京" * 100, " end\n"])
@@ -764,6 +819,23 @@ def test_ids_with_special_tokens_equal_tiktoken(tok: Tokenizer, tt, parts: list[
     text = "".join(parts)
     assert tok.encode(text, allowed_special="all") == tt.encode(text, allowed_special="all")
     assert tok.encode(text, disallowed_special=()) == tt.encode(text, disallowed_special=())
+
+
+@pytest.mark.oracle
+@SETTINGS
+@given(
+    st.lists(st.one_of(TEXT, WHITESPACE_RUN), max_size=6),
+    st.lists(st.integers(0, 10**6), max_size=12),
+    st.integers(1, 40),
+)
+def test_encode_stream_of_whitespace_runs_equals_tiktoken(
+    tok: Tokenizer, tt, parts: list[str], cuts: list[int], read_chars: int
+) -> None:
+    text = "".join(parts)
+    with pytest.MonkeyPatch().context() as m:
+        m.setattr(tokenizer_module, "READ_CHARS", read_chars)
+        streamed = flat(list(tok.encode_stream(chunked(text, cuts))))
+    assert streamed == tt.encode_ordinary(text)
 
 
 @pytest.mark.oracle

@@ -19,6 +19,7 @@ a pickle runs arbitrary code, and a downloaded checkpoint must never be able to 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import re
@@ -29,6 +30,7 @@ from typing import Any, Optional
 from ..errors import CheckpointError
 from ..hparams import HParams
 from ..params import Params, flatten, unflatten
+from ..support import atomic
 from ..support.atomic import TEMP_PATTERN, TempDir, sweep
 from ..support.bounded_read import read_small_file
 from ..support.paths import expand_user
@@ -235,27 +237,31 @@ def save_dir(
 
     The output loads with ``transformers.GPT2LMHeadModel.from_pretrained(out_dir)`` and with
     :func:`load_dir` (giving identical arrays). Everything is written into a temporary
-    directory beside ``out_dir`` (or inside it, if it exists) and flushed to disk; then the
-    directory is renamed into place (or, into an existing directory, each file is renamed over
-    its namesake and a vocabulary left from another model is removed). Any failure, a full disk
-    included, removes what was written and leaves ``out_dir`` as it was; what a killed save left
-    there (:class:`gpt2np.support.atomic.TempDir`) the next one removes. An OSError names
-    ``out_dir`` (or the file in it), never the temporary directory.
+    directory beside ``out_dir`` and flushed to disk; then that directory takes ``out_dir``'s
+    place in one step: a rename, or over an existing model directory an exchange of the two
+    (:func:`gpt2np.support.atomic.exchange`), after which the old model is removed. So a reader,
+    or a kill at any point, sees the old model or the new one, never new weights beside an old
+    vocabulary. A directory holding anything but a model's files is refused (ValueError), as
+    the whole directory is replaced. Any failure, a full disk included, removes what was written
+    and leaves ``out_dir`` as it was; what a killed save left beside it
+    (:class:`gpt2np.support.atomic.TempDir`) the next one removes. An OSError names ``out_dir``
+    (or the file in it), never the temporary directory.
     """
     out_dir = expand_user(os.fspath(out_dir), "out_dir")
     if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
         raise ValueError(f"cannot save into {out_dir}: it exists and is not a directory")
-    existing = os.path.isdir(out_dir)
-    parent = out_dir if existing else os.path.dirname(os.path.abspath(out_dir))
+    if os.path.isdir(out_dir):
+        _check_replaceable(out_dir)
+    parent = os.path.dirname(os.path.abspath(out_dir))
     created: list[str] = []
     tmp = None
     try:
         created = _make_parents(parent)
-        sweep(parent)  # what a killed save left beside (or in) out_dir
-        tmp = TempDir(parent, os.path.basename(out_dir))
-        names = _write_hf_dir(os.fspath(tmp.path), hparams, params, vocabulary, generation)
+        sweep(parent)  # what a killed save left beside out_dir
+        tmp = TempDir(parent, os.path.basename(os.path.abspath(out_dir)))
+        _write_hf_dir(os.fspath(tmp.path), hparams, params, vocabulary, generation)
+        _install(os.fspath(tmp.path), out_dir)  # locked until it is in place
         tmp.release()
-        _install(os.fspath(tmp.path), out_dir, names, existing)
     except BaseException as e:
         if tmp is not None:
             tmp.remove()
@@ -269,22 +275,55 @@ def save_dir(
         raise
 
 
-def _install(tmp: str, out_dir: str, names: list[str], existing: bool) -> None:
-    """Move the files written in ``tmp`` to ``out_dir``: one rename of the directory, or file
-    by file into an existing one (removing another model's optional files)."""
-    if not existing:
+def _install(tmp: str, out_dir: str) -> None:
+    """Put the directory ``tmp`` in ``out_dir``'s place in one step: a rename where there is
+    none, else an exchange of the two (``tmp`` then holds the old model, which is removed).
+    Where the system cannot exchange, the old directory is renamed aside first: a kill between
+    the two renames leaves no ``out_dir``, and the old model under the temporary name."""
+    if not os.path.isdir(out_dir):
         try:
             os.rename(tmp, out_dir)
             return
-        except OSError:  # another process made out_dir meanwhile: merge into it as below
+        except OSError:  # another process made out_dir meanwhile: replace it as below
             if not os.path.isdir(out_dir):
                 raise
-    for name in names:
-        os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
-    for name in set(_OPTIONAL) - set(names):  # another model's vocabulary or defaults
-        if os.path.lexists(os.path.join(out_dir, name)):
-            os.unlink(os.path.join(out_dir, name))
-    os.rmdir(tmp)
+            _check_replaceable(out_dir)
+    try:
+        atomic.exchange(tmp, out_dir)
+    except OSError as e:
+        if e.errno not in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+            raise
+        aside = tmp + ".old"
+        os.rename(out_dir, aside)
+        os.rename(tmp, out_dir)
+        tmp = aside
+    shutil.rmtree(tmp, ignore_errors=True)  # the old model
+
+
+#: A file of a model directory: what save_dir writes, and HF's shards.
+_MODEL_FILE = re.compile(
+    r"config\.json|model\.safetensors(\.index\.json)?|model-\d{5}-of-\d{5}\.safetensors"
+    r"|vocab\.json|merges\.txt|tokenizer\.json|generation_config\.json"
+)
+
+
+def _check_replaceable(out_dir: str) -> None:
+    """``out_dir`` holds a model's files only (or nothing, or gpt2np's leftovers), so that
+    replacing the whole directory loses nothing of the user's; else ValueError naming them."""
+    try:
+        names = os.listdir(out_dir)
+    except OSError as e:
+        raise ValueError(f"cannot save into {out_dir}: {e.strerror}") from None
+    foreign = sorted(n for n in names if not (_MODEL_FILE.fullmatch(n) or TEMP_PATTERN.match(n)))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (
+            f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        )
+        raise ValueError(
+            f"refusing to save into {out_dir}: it holds {shown}, which is not a model's file, "
+            "and save replaces the whole directory (save into a new or empty directory, or "
+            "one that holds only a model)"
+        )
 
 
 def _naming(error: OSError, tmp: str | None, out_dir: str) -> OSError:

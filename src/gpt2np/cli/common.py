@@ -51,13 +51,14 @@ def parse_ids(text: str, what: str, example: str) -> list[int]:
         raise ValueError(f"no {what} given; e.g. {example}")
     ids = []
     for part in parts:
-        try:  # not str.isdigit: it accepts "²", which int() refuses with a bare message
-            ids.append(int(part))
-        except ValueError:
+        # ASCII digits only: int() also takes "١٢", "1_000" and "+5" (and str.isdigit "²")
+        if not (part.isascii() and part.isdigit()):
             shown = repr(part) if len(part) <= 40 else f"{part[:40]!r}..."
             raise ValueError(
-                f"{what} must be integers separated by spaces or commas, got {shown}"
-            ) from None
+                f"{what} must be integers separated by spaces or commas, got {shown} (an id "
+                "is ASCII digits)"
+            )
+        ids.append(int(part))
     return ids
 
 

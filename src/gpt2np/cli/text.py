@@ -34,8 +34,9 @@ if TYPE_CHECKING:
 
 __all__ = ["add_parsers", "iter_ids", "run_detokenize", "run_score", "run_tokenize"]
 
-#: The longest stretch of text without a space or line break that tokenize holds (the
-#: tokenizer encodes text up to a place where its pre-tokeniser always cuts, which needs one).
+#: The longest stretch of text without a space or line break (or of whitespace other than
+#: ASCII's) that tokenize holds (the tokenizer encodes text up to a place where its
+#: pre-tokeniser always cuts, which needs one; a run of ASCII whitespace it holds as runs).
 MAX_STRETCH = 4 << 20
 #: The longest run of characters detokenize reads as one id ("50256" is 5).
 MAX_ID_CHARS = 64
@@ -171,12 +172,19 @@ def run_tokenize(args: argparse.Namespace) -> int:
 
 def _write_ids(batches: Iterator[list[int]], out: TextIO, as_json: bool) -> None:
     """The ids, space-separated on one line (or as {"ids": [...], "n_tokens": N}), written
-    batch by batch as they come."""
+    batch by batch as they come. With ``as_json``, an input refused on the way still ends a
+    complete object: the ids before the refusal and ``"error"``, its message (and the error
+    is raised, for the exit status and stderr's line)."""
     n, sep = 0, ", " if as_json else " "
     out.write('{"ids": [' if as_json else "")
-    for ids in batches:
-        out.write((sep if n else "") + sep.join(map(str, ids)))
-        n += len(ids)
+    try:
+        for ids in batches:
+            out.write((sep if n else "") + sep.join(map(str, ids)))
+            n += len(ids)
+    except (ValueError, OSError) as e:
+        if as_json:
+            out.write(f'], "n_tokens": {n}, "error": {json.dumps(str(e), ensure_ascii=False)}}}\n')
+        raise
     out.write(f'], "n_tokens": {n}}}\n' if as_json else "\n")
 
 
@@ -195,21 +203,33 @@ def _hint_special(batches: Iterator[list[int]], name: str, special: str) -> Iter
 
 
 def _bounded_stretches(chunks: Iterable[str], name: str) -> Iterator[str]:
-    """``chunks``, refusing a stretch of more than :data:`MAX_STRETCH` characters with no
-    place where the pre-tokeniser always cuts (the tokenizer holds such a stretch whole:
-    ``cat /dev/zero | gpt2np tokenize -`` would grow without end)."""
-    from ..tokenizer.bpe import last_cut
+    """``chunks``, refusing a stretch of more than :data:`MAX_STRETCH` characters that the
+    tokenizer would hold whole (``cat /dev/zero | gpt2np tokenize -`` would grow without end):
+    text with no place where the pre-tokeniser always cuts, or whitespace other than ASCII's.
+    A run of ASCII whitespace, however long, is held as runs of one character
+    (:meth:`~gpt2np.tokenizer.tokenizer.Tokenizer.encode_stream`), so it does not count."""
+    from ..tokenizer.bpe import ASCII_SPACE, last_cut
 
-    since, last = 0, ""  # characters held since the last cut; the character before the chunk
+    since, last, run = 0, "", True  # held characters; the character before; ASCII spaces only
     for chunk in chunks:
         text = last + chunk
         cut = last_cut(text)
-        since = len(text) - cut if cut else since + len(chunk)
+        if cut:
+            tail = text[cut:]
+            run = not tail.strip(ASCII_SPACE)
+            since = 0 if run else len(tail)
+        elif run and not chunk.strip(ASCII_SPACE):
+            since = 0
+        else:
+            since = len(chunk.lstrip(ASCII_SPACE)) + 1 if run else since + len(chunk)
+            run = False
         if since > MAX_STRETCH:
+            held = "of whitespace in a row" if chunk.isspace() else "without a space or line break"
             raise InputError(
-                f"{name} has over {MAX_STRETCH:,} characters without a space or line break, "
-                "more than gpt2np tokenize holds at once"
-            )
+                f"{name} has over {MAX_STRETCH:,} characters {held}, more than gpt2np tokenize "
+                "holds at once" + (" (whitespace other than ASCII's is held whole)"
+                                   if chunk.isspace() else "")
+            )  # fmt: skip
         last = chunk[-1:]
         yield chunk
 
@@ -268,8 +288,8 @@ def iter_ids(chunks: Iterable[str]) -> Iterator[list[int]]:
     """
     chunks, buf = iter(chunks), ""
     for chunk in chunks:
-        buf += chunk
-        if buf.strip():
+        buf = (buf + chunk).lstrip()  # leading whitespace, however long, is not held
+        if buf:
             break
     head = buf.lstrip()
     if head.startswith(("[", "array(")):

@@ -33,16 +33,18 @@ What is retried, with exponential backoff (:data:`BACKOFF_SECONDS` · 2^k): a re
 connection, 5xx, 408, 429, a timeout, a short or overlong body, a stall. The notices go to
 stderr when progress is shown.
 
-The time bound. Connecting waits at most :data:`CONNECT_TIMEOUT` (10 s, per address of the host).
-The status line and headers must arrive within :data:`~gpt2np.sources.session.HEAD_DEADLINE`
-(15 s) however they trickle: a watchdog closes the socket. Any single read of the body waits at
-most :data:`READ_TIMEOUT` (15 s). A body that brings fewer than :data:`STALL_BYTES` (64 KiB) in
-:data:`STALL_SECONDS` (20 s), such as a server trickling a byte every few seconds, is cut and
-resumed. A file fails after :data:`ATTEMPTS` (4) attempts in a row that each bring less than
-64 KiB of new data. So a server that never answers fails in about 4 × 15 s + 3.5 s of backoff
-≈ 64 s, an unreachable one in about 44 s, a trickling one in about 84 s; no attempt lasts longer
-than 10 + 15 + 20 + 15 = 60 s, so no file waits more than about 4 minutes without progress.
-A DNS failure, 4xx, a TLS error or an HTML page fail on the first request.
+The time bound. Connecting waits at most :data:`CONNECT_TIMEOUT` (10 s, per address of the
+host). The status line and headers must arrive within
+:data:`~gpt2np.sources.session.HEAD_DEADLINE` (15 s) however they trickle, and however many
+redirects lead to them: one deadline holds for every hop of an attempt's redirect chain, and a
+watchdog closes the socket. Any single read of the body waits at most :data:`READ_TIMEOUT`
+(15 s). A body that brings fewer than :data:`STALL_BYTES` (64 KiB) in :data:`STALL_SECONDS`
+(20 s), such as a server trickling a byte every few seconds, is cut and resumed. A file fails
+after :data:`ATTEMPTS` (4) attempts in a row that each bring less than 64 KiB of new data. So a
+server that never answers fails in about 4 × 15 s + 3.5 s of backoff ≈ 64 s, an unreachable one
+in about 44 s, a trickling one in about 84 s; no attempt lasts longer than
+10 + 15 + 20 + 15 = 60 s, so no file waits more than about 4 minutes without progress. A DNS
+failure, 4xx, a TLS error or an HTML page fail on the first request.
 
 Where credentials go. :func:`~gpt2np.sources.session.new_session` sends ``Authorization`` along
 a redirect only to the same origin (scheme, host, port) as the client itself parses the URLs:
@@ -73,6 +75,7 @@ from ..errors import DownloadError
 from ..support.atomic import write_bytes
 from ..support.paths import fsync_dir
 from ..support.progress import tqdm
+from . import session as _session
 from .session import HeadTimeout, new_session
 
 if TYPE_CHECKING:  # imported where a request is made: `gpt2np --version` need not load it
@@ -383,9 +386,16 @@ class _Transfer:
 
         remote = self.remote
         try:
-            return self.session.get(
-                remote.url, headers=headers, stream=True, timeout=(CONNECT_TIMEOUT, READ_TIMEOUT)
-            )
+            with _session.deadline(_session.HEAD_DEADLINE):  # one bound for every redirect hop
+                return self.session.get(
+                    remote.url, headers=headers, stream=True,
+                    timeout=(CONNECT_TIMEOUT, READ_TIMEOUT),
+                )  # fmt: skip
+        except ValueError as e:  # a Location urllib.parse refuses: http://[127.0.0.2]/
+            raise DownloadError(
+                f"could not download {remote.name} from {remote.url}: a redirect to a URL that "
+                f"is not valid ({e})"
+            ) from e
         except requests.exceptions.SSLError as e:
             raise DownloadError(
                 f"TLS error fetching {remote.name} from {remote.url}: {_root_cause(e)} (a proxy "

@@ -62,6 +62,7 @@ from . import http as _fetch
 
 if TYPE_CHECKING:  # imported where a request is made: `gpt2np --version` need not load it
     import requests
+from . import session as _session
 from .hub_snapshots import (
     COMMIT,
     CONFIG,
@@ -78,7 +79,7 @@ from .hub_snapshots import (
     write_json,
     write_ref,
 )
-from .session import same_origin
+from .session import deadline, expired, same_origin
 
 __all__ = [
     "DEFAULT_ENDPOINT",
@@ -95,6 +96,10 @@ MAX_BYTES = {
     CONFIG: MAX_JSON_BYTES, INDEX: MAX_JSON_BYTES, "generation_config.json": MAX_JSON_BYTES,
     "vocab.json": MAX_FILE_BYTES, "merges.txt": MAX_FILE_BYTES, "tokenizer.json": MAX_FILE_BYTES,
 }  # fmt: skip
+#: The most bytes a weights file may have when neither the hub (X-Linked-Size) nor the file's
+#: LFS pointer says its size: GPT-2 XL in float64 with an untied head is 13.5 GB.
+MAX_WEIGHTS_BYTES = 16 << 30
+POINTER_BYTES = 1024  # the most bytes of an LFS pointer read (a real one has about 130)
 PICKLES = ("pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "model.pth")
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
 _TRUE = {"1", "ON", "YES", "TRUE"}
@@ -105,7 +110,8 @@ class Snapshot:
     """A repository's files at one commit: ``files`` name -> local path, verified.
 
     ``hf_cache`` lists the files taken from huggingface_hub's cache; ``offline`` says why the
-    network was not used (None if it was)."""
+    network was not used (None if it was); ``unknown``, the tokenizer files that cache neither
+    holds nor records absent when it holds no tokenizer (see :meth:`missing_tokenizer`)."""
 
     repo: str
     revision: str
@@ -113,6 +119,19 @@ class Snapshot:
     files: Mapping[str, pathlib.Path]
     hf_cache: tuple[str, ...] = ()
     offline: Optional[str] = None
+    unknown: tuple[str, ...] = ()
+
+    def missing_tokenizer(self) -> Optional[str]:
+        """Why the snapshot has no tokenizer to give, naming the files to fetch; None when it
+        has one, or when the repository has none (GPT-2's vocabulary is then GPT-2's)."""
+        if not self.unknown:
+            return None
+        return (
+            f"{self.repo} at commit {self.commit} was read offline ({self.offline}) from "
+            f"huggingface_hub's cache, which holds its model but no tokenizer: fetch vocab.json "
+            f"and merges.txt (or tokenizer.json) of it, e.g. `hf download {self.repo} vocab.json "
+            f"merges.txt --revision {self.commit}`, or load it once online; token ids still work"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +142,13 @@ class _Meta:
     etag: str
     size: Optional[int]
     location: str
+
+
+def meta_deadline() -> float:
+    """The longest the metadata of one file may take, across its redirects and retries: what
+    ATTEMPTS silent answers and their backoff take (4 × 15 s + 3.5 s ≈ 64 s)."""
+    backoff = _fetch.BACKOFF_SECONDS * (2 ** (_fetch.ATTEMPTS - 1) - 1)
+    return float(_fetch.ATTEMPTS * _session.HEAD_DEADLINE + backoff)
 
 
 def is_repo_id(text: str) -> bool:
@@ -323,16 +349,18 @@ class _Fetcher:
     def head(self, name: str, revision: str, fallback: bool = False) -> Optional[_Meta]:
         """The metadata of ``name``, or None if the repository has no such file. Same-origin
         redirects (a renamed repository) are followed with the token; one to another host (the
-        CDN) is not followed: its Location is where the bytes are."""
+        CDN) is not followed: its Location is where the bytes are. All its requests (redirects
+        and retries) share one deadline, :func:`meta_deadline`."""
         url = self.url(name, revision)
-        for _ in range(10):
-            resp = self._request(url, name, fallback)
-            target = urllib.parse.urljoin(url, resp.headers.get("Location", ""))
-            stays = same_origin(target, self.endpoint)
-            if resp.is_redirect and stays and not resp.headers.get("X-Linked-Etag"):
-                url = target  # the repository moved (renamed): ask again there, with the token
-                continue
-            return self._meta(resp, url, name, revision, fallback)
+        with deadline(meta_deadline()):
+            for _ in range(10):
+                resp = self._request(url, name, fallback)
+                target = _join(url, resp.headers.get("Location", ""))
+                stays = same_origin(target, self.endpoint)
+                if resp.is_redirect and stays and not resp.headers.get("X-Linked-Etag"):
+                    url = target  # the repository moved (renamed): ask again there
+                    continue
+                return self._meta(resp, url, name, revision, fallback)
         raise DownloadError(f"too many redirects resolving {self.url(name, revision)}")
 
     def _request(self, url: str, name: str, fallback: bool) -> requests.Response:
@@ -344,6 +372,8 @@ class _Fetcher:
                     url, headers=self.auth, allow_redirects=False,
                     timeout=(_fetch.CONNECT_TIMEOUT, _fetch.READ_TIMEOUT),
                 )  # fmt: skip
+            except ValueError as e:  # a Location urllib.parse refuses (requests reads it)
+                raise DownloadError(f"{url} redirects to a URL that is not valid ({e})") from e
             except requests.exceptions.RequestException as e:
                 error = f"{_fetch._root_cause(e)}"
                 if isinstance(e, requests.exceptions.SSLError) or not isinstance(
@@ -357,8 +387,11 @@ class _Fetcher:
                 if resp.status_code != 429 and resp.status_code < 500:
                     return resp
                 error = f"HTTP {resp.status_code} {resp.reason}"
+            delay = _fetch.BACKOFF_SECONDS * 2**attempt
+            if attempt + 1 < _fetch.ATTEMPTS and expired(delay):
+                break  # the deadline of this file's metadata ends before the next try
             if attempt + 1 < _fetch.ATTEMPTS:
-                time.sleep(_fetch.BACKOFF_SECONDS * 2**attempt)
+                time.sleep(delay)
         why = f"could not reach {self.endpoint} ({error})"
         if fallback:
             raise _Fallback(why)
@@ -391,7 +424,7 @@ class _Fetcher:
         size = _fetch.header_int(resp.headers.get("X-Linked-Size"), "X-Linked-Size", url)
         if size is None and not resp.is_redirect:
             size = _fetch.header_int(resp.headers.get("Content-Length"), "Content-Length", url)
-        location = urllib.parse.urljoin(url, resp.headers["Location"]) if resp.is_redirect else url
+        location = _join(url, resp.headers["Location"]) if resp.is_redirect else url
         if not (len(etag) in (40, 64) and all(c in "0123456789abcdef" for c in etag)):
             raise DownloadError(
                 f"{url} gave no content hash for {name} (ETag {etag!r}, neither a SHA-256 nor a "
@@ -417,13 +450,61 @@ class _Fetcher:
             return theirs, True
         same = same_origin(meta.location, self.endpoint)
         digests, verify = check_for(meta.etag)
+        size = meta.size
+        if size is None and len(meta.etag) == 64:  # an LFS file: its pointer says its size
+            size = self.pointer_size(name, commit, meta.etag)
         remote = _fetch.RemoteFile(
-            meta.location, dest, size=meta.size, digests=digests, verify=verify,
+            meta.location, dest, size=size, digests=digests, verify=verify,
             headers=self.auth if same else {}, label=f"{self.repo}/{name}",
-            max_size=MAX_BYTES.get(name), resume_key=f"{self.repo}@{commit}/{name}:{meta.etag}",
+            max_size=MAX_BYTES.get(name, MAX_WEIGHTS_BYTES),
+            resume_key=f"{self.repo}@{commit}/{name}:{meta.etag}",
         )  # fmt: skip
         _fetch.fetch(remote, self.session, self.shown)
         return dest, False
+
+    def pointer_size(self, name: str, commit: str, sha256: str) -> Optional[int]:
+        """The size the LFS pointer of ``name`` declares (``/{repo}/raw/{commit}/{name}``), if
+        it is the pointer of ``sha256``; None when the hub serves no such pointer (the size is
+        then bounded by :data:`MAX_WEIGHTS_BYTES`)."""
+        import requests
+
+        url = f"{self.endpoint}/{self.repo}/raw/{commit}/{urllib.parse.quote(name)}"
+        body = b""
+        try:
+            with deadline(_session.HEAD_DEADLINE), self.session.get(
+                url, headers=self.auth, stream=True, allow_redirects=False,
+                timeout=(_fetch.CONNECT_TIMEOUT, _fetch.READ_TIMEOUT),
+            ) as resp:  # fmt: skip
+                read = _fetch._reader(resp)
+                while resp.status_code == 200 and len(body) <= POINTER_BYTES and not expired():
+                    if not (data := read(POINTER_BYTES)):
+                        break
+                    body += data
+        except (requests.exceptions.RequestException, ValueError, OSError):
+            return None
+        return _pointer_size(body, sha256)
+
+
+def _pointer_size(body: bytes, sha256: str) -> Optional[int]:
+    """``size`` of a git-lfs pointer whose ``oid`` is ``sha256:<sha256>``, else None."""
+    fields = dict(line.partition(" ")[::2] for line in body.decode("ascii", "replace").split("\n"))
+    if not fields.get("version", "").startswith("https://git-lfs.github.com/spec/"):
+        return None
+    if fields.get("oid") != f"sha256:{sha256}":
+        return None
+    try:
+        return _fetch._number(fields.get("size", ""))
+    except ValueError:
+        return None
+
+
+def _join(url: str, location: str) -> str:
+    """``location`` read relative to ``url``; DownloadError for one urllib.parse refuses
+    (``http://[127.0.0.2]/``: an IPv4 address in brackets)."""
+    try:
+        return urllib.parse.urljoin(url, location)
+    except ValueError as e:
+        raise DownloadError(f"{url} redirects to {location[:80]!r}, not a valid URL ({e})") from e
 
 
 class _Fallback(Exception):

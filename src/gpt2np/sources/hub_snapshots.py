@@ -4,9 +4,12 @@
 A snapshot is served only whole. gpt2np's own counts once its manifest is written, which
 happens after every file it needs verified; a directory without one holds an interrupted
 download, whose files are reused by the next online call but never served. huggingface_hub's
-counts when each file gpt2np would read is there, or recorded absent in its ``.no_exist/``:
-else a missing ``vocab.json`` would silently give the bundled GPT-2 tokenizer in place of the
-repository's.
+is read as transformers reads it offline: it counts when the weights and ``config.json`` are
+there; a missing ``generation_config.json`` means the defaults. A tokenizer is
+``tokenizer.json`` or ``vocab.json`` + ``merges.txt``; a snapshot with none of them, which
+huggingface_hub has not recorded absent (``.no_exist/``), loads, and names the files to fetch
+when a tokenizer is needed (:data:`TOKENIZER`): never GPT-2's bundled tokenizer in place of
+the repository's.
 
 Names from the network become paths only once checked: a commit is 40 hex digits, a branch or
 tag name follows git's rules for ref names (:func:`is_ref_name`), so nothing is created outside
@@ -35,6 +38,8 @@ MANIFEST = ".gpt2np-snapshot.json"
 COMMIT = re.compile(r"[0-9a-f]{40}")
 #: The files a snapshot may have beside its weights (each read when there).
 OPTIONAL = ("vocab.json", "merges.txt", "tokenizer.json", "generation_config.json")
+#: The files that hold a tokenizer: vocab.json with merges.txt, or tokenizer.json.
+TOKENIZER = ("vocab.json", "merges.txt", "tokenizer.json")
 RACY_NS = 2 * 10**9  # a file changed this recently may change again within one clock tick
 _REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//")
 
@@ -114,9 +119,11 @@ def verified_hf_file(path: pathlib.Path, etag: Optional[str], ours: pathlib.Path
 
 def from_caches(
     repo: str, revision: str, ours: pathlib.Path, theirs: pathlib.Path, reason: str
-) -> tuple[str, str, str, dict[str, pathlib.Path], tuple[str, ...], str]:
-    """(repo, revision, commit, files, hf names, reason): the snapshot from gpt2np's cache and
-    huggingface_hub's, without a network, if one of them holds it whole."""
+) -> tuple[str, str, str, dict[str, pathlib.Path], tuple[str, ...], str, tuple[str, ...]]:
+    """(repo, revision, commit, files, hf names, reason, unknown): the snapshot from gpt2np's
+    cache and huggingface_hub's, without a network, if one of them holds its model; ``unknown``
+    names the tokenizer files to fetch when the snapshot has none and the cache does not know
+    whether the repository has them."""
     commit = revision if COMMIT.fullmatch(revision) else None
     for root in (ours, theirs):
         if commit is None and is_ref_name(revision):
@@ -138,7 +145,7 @@ def from_caches(
             missing = [n for n in manifest if not _present(n, directory, theirs, commit)]
             raise DownloadError(f"{reason}, and the cached snapshot {commit} of {repo} lacks "
                                 f"{', '.join(missing)} (looked in {where})")  # fmt: skip
-        return repo, revision, commit, *found, reason
+        return repo, revision, commit, *found, reason, ()
     files, missing = _hf_snapshot(theirs, commit, ours)
     if missing and directory.is_dir():
         raise DownloadError(
@@ -148,15 +155,10 @@ def from_caches(
     if missing:
         raise DownloadError(f"{reason}, and the cache holds no {', '.join(missing)} of {repo} at "
                             f"{commit} (looked in {where})")  # fmt: skip
-    unknown = [n for n in OPTIONAL if n not in files and not _known_absent(theirs, commit, n)]
-    if unknown:
-        raise DownloadError(
-            f"{reason}, and the cached snapshot {commit} of {repo} is incomplete: "
-            f"huggingface_hub's cache ({theirs}) has neither {', '.join(unknown)} nor a record "
-            f"that the repository lacks them, and gpt2np's has no finished download of it "
-            f"(connect once to fetch what is missing)"
-        )
-    return repo, revision, commit, files, tuple(files), reason
+    unknown: tuple[str, ...] = ()
+    if not any(n in files for n in TOKENIZER):  # else the tokenizer is what HF would read
+        unknown = tuple(n for n in TOKENIZER if not _known_absent(theirs, commit, n))
+    return repo, revision, commit, files, tuple(files), reason, unknown
 
 
 def _hf_snapshot(

@@ -6,7 +6,12 @@ wait for a response: a server that sends its status line and headers one byte a 
 hold a request for ever, every read getting its byte in time. Every connection of
 :func:`new_session` starts a watchdog when it begins to wait for a response; if the status line
 and headers are not complete within :data:`HEAD_DEADLINE`, it shuts the socket down, and the
-request fails with a :class:`HeadTimeout` (through requests' ``ReadTimeout``).
+request fails with a :class:`HeadTimeout` (through requests' ``ReadTimeout``). Inside
+:func:`deadline`, one bound holds for every response head waited for, across the hops of a
+redirect chain and the retries of a caller: each hop waits at most what is left of it, and a
+hop answered after it has passed fails too, so 30 hops that each answer within
+:data:`HEAD_DEADLINE` cannot add up to minutes. Its clock is :data:`clock` (a test may set
+its own).
 
 **The origin.** URLs with a backslash or other oddities are read differently by
 :mod:`urllib.parse` and by urllib3, which opens the connection:
@@ -19,19 +24,47 @@ session drops ``Authorization`` on a redirect to any other origin (requests' own
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import socket
 import threading
+import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Optional
 
 if TYPE_CHECKING:  # imported when a session is made: `gpt2np --version` need not load it
     import requests
 
-__all__ = ["HEAD_DEADLINE", "HeadTimeout", "new_session", "origin"]
+__all__ = ["HEAD_DEADLINE", "HeadTimeout", "deadline", "expired", "new_session", "origin"]
 
 HEAD_DEADLINE = 15.0  # seconds from sending a request to its complete status line and headers
+clock = time.monotonic  # the clock of :func:`deadline` (read at each use: a test may replace it)
+#: (end by ``clock``, its length in seconds) of the innermost :func:`deadline`, if any
+_END: contextvars.ContextVar[Optional[tuple[float, float]]] = contextvars.ContextVar(
+    "gpt2np_deadline", default=None
+)
+
+
+@contextlib.contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Every response head waited for inside (each hop of a redirect chain, each retry) must be
+    complete within ``seconds`` from now, in all; an enclosing deadline that ends sooner
+    holds."""
+    end = (clock() + seconds, seconds)
+    outer = _END.get()
+    token = _END.set(end if outer is None or end[0] < outer[0] else outer)
+    try:
+        yield
+    finally:
+        _END.reset(token)
+
+
+def expired(within: float = 0.0) -> bool:
+    """Whether the current :func:`deadline` ends within ``within`` seconds (False outside
+    one)."""
+    end = _END.get()
+    return end is not None and clock() + within >= end[0]
 
 
 class HeadTimeout(TimeoutError):
@@ -109,7 +142,11 @@ class _Deadline:
     sock: Optional[socket.socket]
 
     def getresponse(self, *args: Any, **kwargs: Any) -> Any:
-        deadline = HEAD_DEADLINE
+        deadline, end, across = HEAD_DEADLINE, _END.get(), False
+        if end is not None and end[0] - clock() < deadline:  # less is left of the whole bound
+            deadline, across = end[0] - clock(), True
+            if deadline <= 0:  # the request went out after the deadline: no use waiting
+                raise _late(0, end[1])
         watch = _Watch(self.sock)
         timer = threading.Timer(deadline, watch.fire)
         timer.daemon = True
@@ -120,17 +157,28 @@ class _Deadline:
         except BaseException:
             timer.cancel()
             if not watch.arrived():  # the error is the shut socket's: say why it was shut
-                raise _late(deadline) from None
+                raise _late(deadline, end[1] if end and across else None) from None
             raise
         timer.cancel()
         if not watch.arrived():
             response.close()
-            raise _late(deadline)
+            raise _late(deadline, end[1] if end and across else None)
+        if end is not None and clock() > end[0]:  # this hop came after the whole bound
+            response.close()
+            raise _late(0, end[1])
         return response
 
 
-def _late(deadline: float) -> HeadTimeout:
-    return HeadTimeout(f"no complete response head within {deadline:g} s (the server trickles)")
+def _late(waited: float, bound: Optional[float] = None) -> HeadTimeout:
+    """The error of a response head that did not come in ``waited`` seconds: HEAD_DEADLINE,
+    or what was left of a :func:`deadline` of ``bound`` seconds."""
+    if bound is not None and waited <= 0:
+        return HeadTimeout(f"no answer within {bound:.2g} s for this request, its redirects "
+                           "and retries (the server is slow)")  # fmt: skip
+    why = "(the server trickles)"
+    if bound is not None:  # what was left of it: say both bounds, not a number of this run
+        why = f"or by the end of the {bound:.2g} s this request, its redirects and retries have"
+    return HeadTimeout(f"no complete response head within {HEAD_DEADLINE:g} s {why}")
 
 
 def _with_deadline(pools: Mapping[str, Any]) -> dict[str, Any]:

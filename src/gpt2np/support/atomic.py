@@ -9,7 +9,7 @@ interrupt included, the temporary file is removed and ``path`` is untouched.
 **The marker.** What gpt2np writes under a temporary name is named ``.NAME.gpt2np-PID-RANDOM.tmp``
 (a file of :func:`atomic_write`, a directory of :class:`TempDir`): hidden, marked as gpt2np's,
 and carrying the writer's process id; the writer also holds an ``flock`` on it (on the file, or
-on a lock file inside the directory) while it lives. A process killed with SIGKILL cleans
+on the directory itself) until it is renamed into place. A process killed with SIGKILL cleans
 nothing up, so a later run removes the temporaries whose writer is gone (:func:`is_leftover`:
 its pid names no running process, and nobody holds its lock, which keeps a writer on another
 machine sharing the directory, or in another pid namespace, from being taken for a dead one).
@@ -23,6 +23,8 @@ A temporary file is created with the mode any new file gets (0666 less the umask
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import os
 import pathlib
 import re
@@ -44,6 +46,7 @@ __all__ = [
     "TempDir",
     "atomic_write",
     "check_target",
+    "exchange",
     "is_leftover",
     "marked_name",
     "sweep",
@@ -55,7 +58,8 @@ StrPath = Union[str, "os.PathLike[str]"]
 
 #: The name of a temporary file or directory of gpt2np's: (hidden name, writer's pid).
 TEMP_PATTERN = re.compile(r"^\.(?P<name>.+)\.gpt2np-(?P<pid>\d+)-[0-9a-f]{12}\.tmp$")
-#: The lock file inside a :class:`TempDir` that its writer holds.
+#: The lock file inside a :class:`TempDir` that older versions' writers held (a writer now
+#: locks the directory itself, which stays locked across its rename).
 DIR_LOCK = ".gpt2np-writer.lock"
 
 
@@ -132,10 +136,10 @@ def write_bytes(path: StrPath, data: Union[bytes, str]) -> None:
 
 class TempDir:
     """A new directory ``parent/.NAME.gpt2np-PID-RANDOM.tmp`` (mode 0777 less the umask, not
-    mkdtemp's 0700, which a directory renamed into place would keep), locked while it lives.
+    mkdtemp's 0700, which a directory renamed into place would keep), locked while it lives:
+    the lock is on the directory itself, so it holds until after the rename.
 
-    Fill it, call :meth:`release` (which removes the lock file) before renaming it into place,
-    or :meth:`remove` to give up."""
+    Fill it, rename it into place, then call :meth:`release`; or :meth:`remove` to give up."""
 
     def __init__(self, parent: StrPath, name: str) -> None:
         while True:
@@ -146,24 +150,39 @@ class TempDir:
             except FileExistsError:
                 continue
         self._lock: Optional[int] = None
+        if fcntl is None:
+            return  # no flock here (see writer_gone)
         try:
-            fd = os.open(self.path / DIR_LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
-            self._lock = _hold(fd)
+            self._lock = _hold(os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)))
         except BaseException:
             self.remove()
             raise
 
     def release(self) -> None:
-        """Remove the lock file: the directory holds only what was put in it."""
+        """Let go of the lock: after the directory was renamed into place (or removed)."""
         if self._lock is not None:
-            (self.path / DIR_LOCK).unlink(missing_ok=True)
             os.close(self._lock)
             self._lock = None
 
     def remove(self) -> None:
         """Remove the directory and everything in it."""
-        self.release()
         shutil.rmtree(self.path, ignore_errors=True)
+        self.release()
+
+
+def exchange(a: StrPath, b: StrPath) -> None:
+    """Swap the directory entries ``a`` and ``b`` in one step: each name then holds what the
+    other held, and no moment shows neither or a mix (Linux ``renameat2`` with
+    ``RENAME_EXCHANGE``). OSError where the system cannot (errno ENOSYS, EINVAL: another
+    system, an old kernel or C library, a file system without it)."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        raise OSError(errno.ENOSYS, "renameat2 is not available", os.fspath(a)) from None
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), os.fspath(a), None, os.fspath(b))
 
 
 def _hold(fd: int) -> int:
@@ -188,7 +207,9 @@ def writer_gone(pid: int, path: pathlib.Path) -> bool:
         return False  # alive (another user's) or unknowable: leave it
     else:
         return False
-    return not _locked(path / DIR_LOCK if path.is_dir() else path)
+    if path.is_dir():  # the directory itself, or an older version's lock file in it
+        return not (_locked(path) or _locked(path / DIR_LOCK))
+    return not _locked(path)
 
 
 def _locked(path: pathlib.Path) -> bool:

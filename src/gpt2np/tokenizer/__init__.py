@@ -2,7 +2,8 @@
 
 Modules: ``bpe`` (the merge loop, short and readable, and its fast twin), ``vocab`` (reading
 and cross-checking encoder.json and vocab.bpe), ``hf_json`` (HF's tokenizer.json when it
-describes GPT-2's BPE), ``tokenizer`` (:class:`Tokenizer`).
+describes GPT-2's BPE), ``runs`` (BPE of a long whitespace run held as runs of one
+character, for streams), ``tokenizer`` (:class:`Tokenizer`).
 """
 
 from __future__ import annotations

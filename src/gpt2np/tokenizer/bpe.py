@@ -61,6 +61,7 @@ PATTERN = regex.compile(
 # characters (tests/tokenizer/test_bpe.py checks all 128 against the regex module): the standard
 # library's re runs it about twice as fast as regex runs PATTERN.
 _ASCII_SPACE = " \t\n\x0b\x0c\r"
+ASCII_SPACE = _ASCII_SPACE  # the characters \s matches in ASCII text, for callers
 _ASCII_PATTERN = re.compile(
     rf"""'(?:[sdmt]|ll|ve|re)| ?(?:[A-Za-z]+|[0-9]+|[^{_ASCII_SPACE}A-Za-z0-9]+)"""
     rf"""|[{_ASCII_SPACE}]+(?![^{_ASCII_SPACE}])|[{_ASCII_SPACE}]+"""

@@ -34,13 +34,14 @@ import itertools
 import os
 import pathlib
 from collections.abc import Collection, Iterable, Iterator, Sequence, Set
-from typing import Any, Callable, Literal, Union
+from typing import Any, Callable, Literal, Optional, Union
 
 import numpy as np
 import numpy.typing as npt
 import regex
 
 from .bpe import (
+    ASCII_SPACE,
     LONG_PIECE,
     PATTERN,
     MergeTable,
@@ -52,6 +53,7 @@ from .bpe import (
     split_text,
 )
 from .hf_json import read_tokenizer_json
+from .runs import bpe_runs, expand
 from .unstable import completions_of, split_unstable
 from .vocab import ENDOFTEXT, parse_vocabulary, read_vocabulary
 
@@ -373,9 +375,13 @@ class Tokenizer:
 
         A chunk may end anywhere, even inside a word: text is held back until a place where
         the pre-tokeniser always cuts, then encoded about :data:`READ_CHARS` characters at a
-        time. A file object is read in blocks of that size, not by lines. Memory grows only
-        with the longest stretch of text without whitespace. A disallowed special token raises
-        ValueError when it is reached, after the ids before it have been yielded.
+        time. A file object is read in blocks of that size, not by lines. A run of ASCII
+        whitespace longer than that (one piece, whose ids depend on all of it) is held as
+        runs of one character and encoded by :func:`~gpt2np.tokenizer.runs.bpe_runs`: 200 MiB
+        of spaces cost a few runs, not 200 MiB. Memory grows with the longest stretch of text
+        without whitespace, and with the changes of character in a whitespace run (``"\n "``
+        repeated). A disallowed special token raises ValueError when it is reached, after the
+        ids before it have been yielded.
 
         >>> with open("corpus.txt", encoding="utf-8") as f:          # doctest: +SKIP
         ...     for ids in tok.encode_stream(f):
@@ -402,8 +408,24 @@ class Tokenizer:
         held: list[str] = []  # held[0]: text after the last cut, which holds no cut point
         size = searched = 0
         done = ""
+        run: list[tuple[str, int]] = []  # a long run of ASCII whitespace, as (char, count)
+        after = ""  # the text after the run, while it may still be an allowed special token
+        runs_ok = not any(map(_SPACE.search, disallowed))  # else a run is checked as text
         for chunk in chunks:
             _check_text(chunk, "each chunk")
+            if run:  # the run goes on, or ends in this chunk
+                _refuse_disallowed(done + chunk, disallowed)
+                if not after:
+                    chunk, ended = _extend_run(run, chunk)
+                    if not ended:
+                        continue
+                after += chunk
+                closed = self._close_run(run, after, allowed, final=False)
+                if closed is None:
+                    continue
+                ids_of_run, chunk = closed
+                yield from ids_of_run
+                run, after, searched = [], "", 0
             held.append(chunk)
             size += len(chunk)
             if size < max(READ_CHARS, 2 * searched):  # doubling: no quadratic re-joining
@@ -419,11 +441,46 @@ class Tokenizer:
                 if ids:
                     yield ids
             held, size, searched = [text], len(text), len(text)
+            if runs_ok and len(text) > READ_CHARS and not text.strip(ASCII_SPACE):  # a run
+                _refuse_disallowed(done + text, disallowed)
+                held, size, searched, done = [], 0, 0, ""
+                _extend_run(run, text)
+        if run and not after:
+            yield from self._run_ids(run, whole=True)
+            return
+        if run:
+            ids_of_run, text = self._close_run(run, after, allowed, final=True) or (iter(()), after)
+            yield from ids_of_run
+            held = [text]
         text = "".join(held)
         _refuse_disallowed(done + text, disallowed)
         ids = self._encode_allowed(text, allowed)
         if ids:
             yield ids
+
+    def _run_ids(self, run: list[tuple[str, int]], whole: bool) -> Iterator[list[int]]:
+        """The ids of the piece a whitespace ``run`` makes: the run whole when the text (or a
+        part between special tokens) ends with it, else the run but its last character, which
+        joins the next word's piece."""
+        symbols = [(self._byte_ids[ord(c)], n) for c, n in run]
+        if not whole:
+            symbols[-1] = (symbols[-1][0], symbols[-1][1] - 1)
+        return expand(bpe_runs(symbols, self._table), READ_CHARS)
+
+    def _close_run(
+        self, run: list[tuple[str, int]], after: str, allowed: Set[str], final: bool
+    ) -> Optional[tuple[Iterator[list[int]], str]]:
+        """(the ids of a whitespace ``run``, the text to hold after them) once the text
+        ``after`` it (which does not start with ASCII whitespace) tells how the run's piece
+        ends; None while ``after`` may still grow into an allowed special token."""
+        follows = [t for t in allowed if t.startswith(after[: len(t)])]
+        if not final and any(len(after) < len(t) for t in follows):
+            return None
+        if any(after.startswith(t) for t in follows):  # the part the run ends ends there
+            return self._run_ids(run, whole=True), after
+        if _SPACE.match(after):  # other whitespace: the piece goes on; held as text
+            return iter(()), "".join(char * count for char, count in run) + after
+        return self._run_ids(run, whole=False), run[-1][0] + after
 
     def _specials(
         self, allowed_special: SpecialSet, disallowed_special: SpecialSet
@@ -660,6 +717,24 @@ class StreamDecoder:
     def flush(self) -> str:
         """The buffered tail (U+FFFD for an incomplete character), and reset."""
         return self._utf8.decode(b"", final=True)
+
+
+_SPACE = regex.compile(r"\s")  # whitespace as PATTERN reads it
+
+
+def _extend_run(run: list[tuple[str, int]], text: str) -> tuple[str, bool]:
+    """Add the ASCII whitespace that starts ``text`` to ``run`` (char, count); return the rest
+    of ``text`` and whether the run ended in it (at a character that is not ASCII whitespace:
+    another space character than those would belong to the run, so it is held back as text
+    with the run's last character by the caller; see :func:`_run_ids`)."""
+    rest = text.lstrip(ASCII_SPACE)
+    for char, group in itertools.groupby(text[: len(text) - len(rest)]):
+        count = sum(1 for _ in group)
+        if run and run[-1][0] == char:
+            run[-1] = (char, run[-1][1] + count)
+        else:
+            run.append((char, count))
+    return rest, bool(rest)
 
 
 def _check_text(text: object, what: str = "text") -> None:
