@@ -17,7 +17,7 @@ Printed: documents/s and tokens/s from the command's summary line (its time incl
 the workers), the wall time of the whole command (loading included), and the peaks of each
 process (main, workers, and multiprocessing's small resource tracker). The machine's load
 average is printed at the start and the end: on a shared machine the numbers mean little when
-it is high. Nothing here is a test: tests/test_corpus.py checks the records.
+it is high. Nothing here is a test: tests/scoring/test_corpus.py checks the records.
 """
 
 from __future__ import annotations

@@ -25,14 +25,14 @@ Contents:
                                 "ends"}: a decoding case, with gpt2np's own keyword arguments
                                 (CASES below), the generation_config.json both sides get as the
                                 model's defaults, and the ids that end a row
-  case/NAME/ids, logprobs,      HF's results (tests/hf_reference.py: ids [R, N] with -1 after
-  raw_logprobs, top_ids,        the end, compute_transition_scores, the top 5 of each step's
+  case/NAME/ids, logprobs,      HF's results (tests/helpers/hf_reference.py: ids [R, N] with -1
+  raw_logprobs, top_ids,        after the end, compute_transition_scores, the top 5 of each step's
   top_logprobs, scores, margin  processed distribution, beam scores, the smallest margin)
   chi2_prompt, chi2_probs       HF's filtered distribution of one step (temperature 1.3, top-k
                                 40, top-p 0.9 after prompt 1), for the chi-square test
 
 The decoding cases cover sampling with a seed stream (HF's torch.multinomial replaced by the
-inverse-CDF draw gpt2np makes, from the same uniforms: see tests/hf_reference.py), greedy
+inverse-CDF draw gpt2np makes, from the same uniforms: see tests/helpers/hf_reference.py), greedy
 decoding with HF's penalties, n-gram and bad-word rules, beam search (length penalties, the three
 early_stopping modes, <|endoftext|> finishing beams early, batches), and a "tie" model whose
 token TIE[0] has the embedding of TIE[1], so that their logits are exactly equal everywhere;
@@ -56,8 +56,8 @@ import transformers
 
 from make_golden_fixture import build_model, params_of  # beside this script
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-from hf_reference import ends_of, min_margin, run_hf  # tests/hf_reference.py, shared with tests
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from tests.helpers.hf_reference import ends_of, min_margin, run_hf  # shared with tests
 
 OUT = pathlib.Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "generate_tiny.npz"
 HPARAMS = {"n_vocab": 384, "n_ctx": 48, "n_embd": 32, "n_head": 4, "n_layer": 2}

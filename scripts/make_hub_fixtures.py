@@ -14,9 +14,9 @@ of it laid out by huggingface_hub itself.
   ``max_length`` set), and ``logits.npz`` (ids and the logits transformers computes).
   ``sharded/``: the same model saved in 20 KB shards with their index.
 * ``hf_cache/``: huggingface_hub's ``hf_hub_download`` of the tiny repository's files at
-  ``main`` from the loopback Hub imitation of the tests (tests/hubfixture.py), into this cache
-  directory: ``models--tiny-org--tiny-gpt2/{blobs,refs,snapshots}`` exactly as it lays it out.
-  Its commit id is printed; tests/test_hub.py builds the same repository.
+  ``main`` from the loopback Hub imitation of the tests (tests/helpers/hubfixture.py), into this
+  cache directory: ``models--tiny-org--tiny-gpt2/{blobs,refs,snapshots}`` exactly as it lays it out.
+  Its commit id is printed; tests/sources/test_hub.py builds the same repository.
 """
 
 from __future__ import annotations

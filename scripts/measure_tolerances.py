@@ -4,7 +4,7 @@ at each precision, and which injected bug each preset catches and where it repor
     python scripts/measure_tolerances.py                 # 124M-shaped random weights
     python scripts/measure_tolerances.py --tiny          # a 2-layer model, in seconds
 
-The port is tests/toyport.py: an independent NumPy GPT-2 with a KV cache, a precision knob
+The port is tests/helpers/toyport.py: an independent NumPy GPT-2 with a KV cache, a precision knob
 (float64, float32, tf32, float16, bfloat16; see its docstring for how each is emulated) and a
 switch per classic bug. The golden file is gpt2np's float64 dump of one KV-cached decode step
 (a prefix of --prefix tokens, then --step tokens). For the correct port the script also runs a
@@ -29,8 +29,8 @@ import gpt2np
 from gpt2np.golden.diff import PRECISIONS
 from gpt2np.params import flatten
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
-from toyport import BUGS, ToyPort
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+from tests.helpers.toyport import BUGS, ToyPort
 
 #: Bugs of a padded batch or of one row: this script's golden file is a 2-row decode step.
 NOT_MEASURED = ("neg_inf_pad", "right_pad", "no_batch_axis")

@@ -1,5 +1,5 @@
-"""The fuzz tier: seeded damage to every fixture gpt2np reads (tests/fuzzing.py, targets in
-tests/fuzz_targets.py), each case in a worker process with a memory cap and a timeout.
+"""The fuzz tier: seeded damage to every fixture gpt2np reads (tests/helpers/fuzzing.py, targets in
+tests/helpers/fuzz_targets.py), each case in a worker process with a memory cap and a timeout.
 
     GPT2NP_FUZZ_SECONDS=240 pytest -m fuzz -rxP    # CI: the budget is shared by the targets
 
@@ -13,8 +13,8 @@ import os
 
 import pytest
 
-import fuzz_targets  # noqa: F401  (registers the targets)
-from fuzzing import TARGETS, run
+import tests.helpers.fuzz_targets  # noqa: F401  (registers the targets)
+from tests.helpers.fuzzing import TARGETS, run
 
 BUDGET = float(os.environ.get("GPT2NP_FUZZ_SECONDS", "60"))
 FIRST_SEED = int(os.environ.get("GPT2NP_FUZZ_SEED", "0"))
