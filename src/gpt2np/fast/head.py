@@ -1,7 +1,7 @@
 """The output head, logits = h · wteᵀ, for a few rows on OpenBLAS's threads or one thread, for
 many cut into parts that gpt2np's threads share.
 
-:func:`head_parts` is :func:`gpt2np.layers.head` (tested equal to it in tests/test_fast.py).
+:func:`head_parts` is :func:`gpt2np.layers.head` (tested equal to it in tests/fast/test_kernels.py).
 The head reads the whole embedding matrix (154 MB for 124M: a third of a decode step's bytes)
 for a few rows, or makes [T, V] logits for many:
 

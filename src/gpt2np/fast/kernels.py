@@ -1,6 +1,6 @@
 """The fast kernels, bundled: ``FAST`` is a :class:`gpt2np.layers.Kernels` of faster twins of
 the clear kernels in :data:`gpt2np.layers.CLEAR`, each tested equal to its twin
-(tests/test_fast.py, tests/test_fast_attention.py). Plug either into the one composition,
+(tests/fast/test_kernels.py, tests/fast/test_attention.py). Plug either into the one composition,
 ``gpt2np.model.forward(..., kernels=FAST)``; :class:`gpt2np.GPT2` uses FAST unless ``fast=False``.
 
 =========  =======================================  =========================================

@@ -7,7 +7,7 @@ beyond one [rows, D] scratch: the clear one-liner allocates five arrays as large
 and ``np.mean`` costs ten microseconds of Python per call, which a decode step pays 25 times.
 For a long prompt the rows are split among the threads of :mod:`gpt2np.fast.threads` (NumPy's loops
 run without Python's lock), so passes that BLAS does not thread use every core. Tested equal to
-its clear twin in tests/test_fast.py.
+its clear twin in tests/fast/test_kernels.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 each part a single-threaded BLAS product.
 
 :func:`linear_parts` computes what :func:`gpt2np.layers.linear` computes, y = x · w + b, and is
-tested equal to it (tests/test_fast.py). Why parts rather than one product that OpenBLAS
+tested equal to it (tests/fast/test_kernels.py). Why parts rather than one product that OpenBLAS
 threads itself: see :mod:`gpt2np.fast.blas` (one owner of the cores). How the product is cut:
 
 * few rows (a decode step: B rows): not cut. The whole ``x · w`` runs on OpenBLAS's own

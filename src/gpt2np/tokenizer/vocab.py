@@ -189,7 +189,9 @@ def read_vocabulary(
                 f"{path}: SHA-256 is {digest}, expected {pin}; the bundled GPT-2 vocabulary is "
                 "damaged (reinstall gpt2np)"
             )
-    if pins:  # the pinned files, which pass every check (tests/test_tokenizer.py): parse only
+    if (
+        pins
+    ):  # the pinned files, which pass every check (tests/tokenizer/test_tokenizer.py): parse only
         return (*parse_pinned(*datas), digests)
     encoder, merges = parse_vocabulary(datas[0], datas[1], str(encoder_path), str(merges_path))
     return encoder, merges, digests
