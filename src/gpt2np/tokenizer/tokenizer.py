@@ -195,9 +195,9 @@ class Tokenizer:
     @functools.cached_property
     def _cache(self) -> _PieceCache:
         """piece -> ids, made the first time a text is encoded. GPT-2's vocabulary is closed
-        under BPE: each token's own text encodes to that token alone (tests/tokenizer/test_tokenizer.py
-        checks all 50256), so the cache starts with every token whose bytes are text. Other
-        vocabularies need not be closed: no head start."""
+        under BPE: each token's own text encodes to that token alone (a test checks all 50256:
+        tests/tokenizer/test_tokenizer.py), so the cache starts with every token whose bytes
+        are text. Other vocabularies need not be closed: no head start."""
         whole: dict[str, tuple[int, ...]] = {}
         if self._digests == (ENCODER_JSON_SHA256, VOCAB_BPE_SHA256):
             for i, data in enumerate(self._token_bytes):
