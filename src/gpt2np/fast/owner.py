@@ -23,6 +23,8 @@ So :class:`Owner` chooses per product shape, from the times it measures:
 a product, so a machine that got slower for good is followed. Only OpenBLAS's count changes
 between the two; the product is the clear ``x · w`` either way, so the numbers do not depend
 on the choice. The clock is an argument: tests drive :class:`Owner` with simulated timings.
+What it learns is not locked: two threads running models at once may blur a choice, never a
+number.
 """
 
 from __future__ import annotations
