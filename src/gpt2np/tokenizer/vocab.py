@@ -203,7 +203,8 @@ def parse_pinned(encoder_data: bytes, merges_data: bytes) -> tuple[dict[str, int
     cost more than the parse (half of ``Tokenizer()``'s time)."""
     encoder = json.loads(encoder_data.decode("utf-8"))
     lines = merges_data.decode("utf-8").rstrip("\n").split("\n")[1:]  # after "#version"
-    return encoder, [tuple(line.split(" ")) for line in lines]  # type: ignore[misc]
+    pairs = (line.split(" ") for line in lines)
+    return encoder, [(left, right) for left, right in pairs]
 
 
 def parse_vocabulary(
