@@ -41,3 +41,46 @@ def test_every_code_reference_exists(page: pathlib.Path) -> None:
         assert resolves(f"{module}.{attr}"), f"{page.name}: `{module}:{attr}` does not exist"
     for name in names:
         assert resolves(name), f"{page.name}: `{name}` does not exist"
+
+
+SOURCES = sorted((ROOT / "src" / "gpt2np").rglob("*.py"))
+#: A dotted gpt2np name in a docstring, comment or message, with the Sphinx role before it if any.
+DOTTED = re.compile(r"(?::(\w+):`~?)?(?<![\w/.-])(gpt2np(?:\.[A-Za-z_]\w*)+)")
+
+
+def is_module(name: str) -> bool:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True
+
+
+def stale_names(text: str) -> list[str]:
+    """Every ``gpt2np.…`` name in ``text`` that names nothing, or names a function where the
+    text says module (``:mod:``) or a module where it says anything else."""
+    stale = []
+    for role, name in DOTTED.findall(text):
+        if not resolves(name):
+            stale.append(f"{name} does not exist")
+        elif role == "mod" and not is_module(name):
+            stale.append(f":mod:`{name}` is no module")
+        elif role in ("func", "meth", "class", "data", "attr") and is_module(name):
+            stale.append(f":{role}:`{name}` is a module")
+    return stale
+
+
+def test_stale_names_are_found() -> None:
+    assert stale_names("see gpt2np.forward and :mod:`gpt2np.golden.trace`") == []
+    assert stale_names(":mod:`gpt2np.trace` and gpt2np.Completions, :func:`gpt2np.sources`") == [
+        ":mod:`gpt2np.trace` is no module",
+        "gpt2np.Completions does not exist",
+        ":func:`gpt2np.sources` is a module",
+    ]
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT / "src")))
+def test_every_dotted_name_in_the_sources_exists(path: pathlib.Path) -> None:
+    """Each ``gpt2np.…`` name in src/ (docstrings, comments, messages) is a module or an
+    attribute of one, of the kind its Sphinx role says."""
+    assert stale_names(path.read_text(encoding="utf-8")) == []

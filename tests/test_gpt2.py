@@ -158,3 +158,11 @@ def test_a_checkpoint_overwritten_in_place_changes_a_mapped_model_not_a_private_
     for doc in (inspect.getdoc(gpt2np.load), readme, loading):
         assert "overwritten in place" in doc or "overwriting a loaded checkpoint" in doc
         assert "SIGBUS" in doc and "mmap=False" in doc
+
+
+def test_score_is_declared_once() -> None:
+    """model.score is gpt2np.scoring.logprobs.score itself, overloads and all: one declaration
+    of its arguments, not a second copy that could drift."""
+    from gpt2np.scoring import logprobs
+
+    assert gpt2np.GPT2.score is logprobs.score

@@ -141,6 +141,8 @@ def test_n_params_counts_n_inner_and_an_untied_head() -> None:
         ({"n_inner": 0}, ValueError, "n_inner must be positive"),
         ({"n_inner": 2.0}, TypeError, "n_inner must be an int"),
         ({"activation_function": "quick_gelu"}, ValueError, "'quick_gelu' is not one"),
+        ({"activation_function": {}}, ValueError, "activation_function={} is not one"),
+        ({"layer_norm_epsilon": 10**400}, ValueError, "layer_norm_epsilon must be a positive"),
         ({"scale_attn_weights": 1}, TypeError, "scale_attn_weights must be True or False"),
         ({"tie_word_embeddings": None}, TypeError, "tie_word_embeddings must be True or False"),
     ],

@@ -14,7 +14,6 @@ from __future__ import annotations
 from ._version import __version__
 from .api import generate, load, save
 from .errors import CheckpointError, DownloadError
-from .fast.kvcache import KVCache
 from .generation.completion import Completion
 from .golden import dump
 from .golden.diff import CompareReport, compare
@@ -23,6 +22,7 @@ from .gpt2 import GPT2
 from .hparams import HPARAMS, MODEL_NAMES, HParams
 from .model import forward
 from .params import init_params
+from .runtime import KVCache
 from .scoring.logprobs import Score
 from .sources.openai import download
 from .tokenizer import Tokenizer

@@ -5,7 +5,7 @@
 >>> gpt2np.generate("Alan Turing theorized", max_new_tokens=20, temperature=0)
 
 Loading a model by name is the facade's job: the files layer (:mod:`gpt2np.checkpoint`,
-:mod:`gpt2np.download`) reads and fetches arrays, :mod:`gpt2np.generation.loop` runs a model it is
+:mod:`gpt2np.sources`) reads and fetches arrays, :mod:`gpt2np.generation.loop` runs a model it is
 given, and this module joins them.
 """
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from .attention import Past, attention
-from .layers import CLEAR, RECORD_NOTHING, Kernels, Recorder
+from .kernels import CLEAR, Kernels
+from .layers import RECORD_NOTHING, Recorder
 
 __all__ = ["block", "ffn"]
 
@@ -68,7 +69,7 @@ def block(
     """
     a = record("ln_1", kernels.norm(x, **ln_1, eps=eps))  # [B, T, D]
     a, present = attention(a, **attn, n_head=n_head, past=past, record=record.scope("attn"),
-                           scale=scale, kernels=kernels)  # fmt: skip
+                           scale=scale, attend=kernels.attend, linear=kernels.linear)  # fmt: skip
     x = record("resid_mid", x + a)  # [B, T, D]
     m = record("ln_2", kernels.norm(x, **ln_2, eps=eps))  # [B, T, D]
     m = ffn(m, **mlp, record=record.scope("mlp"), act=act, kernels=kernels)  # [B, T, D]

@@ -1,277 +1,54 @@
-"""The :class:`GPT2` facade: weights, hyperparameters and a tokenizer, with checked methods.
+"""The :class:`GPT2` facade: a :class:`gpt2np.runtime.Runtime` with shortcuts on top.
 
-The maths underneath (:func:`gpt2np.forward`) trusts its arguments; this class checks them
-(:mod:`gpt2np.checks`) and picks the kernels that one composition runs: the fast ones by
-default, the clear reference functions with ``fast=False``. Generation, scoring and tracing
-are functions of their own modules that take a model; the methods here are shortcuts to them.
+What runs the model (weights, kernels, the KV cache, the checked forward pass) is the Runtime,
+below generation, scoring and golden, which take one. Generation, scoring and tracing are
+functions of their own modules; the methods here are shortcuts to them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Callable, Optional, Union, overload
+import inspect
+from typing import Any, Optional
 
 import numpy as np
 
-from . import checks
-from .fast.kernels import CLEAR, FAST
-from .fast.kvcache import KVCache
 from .generation.loop import generate, new_tokens
-from .generation.options import describe
+from .generation.options import describe, signature
 from .golden.trace import Names, Trace, trace
-from .hparams import HParams
-from .model import forward
-from .params import Params, cast_params, check_params, flatten, map_params
-from .scoring.logprobs import Scorable, Score, score
-from .tokenizer.tokenizer import Tokenizer
+from .runtime import Runtime
+from .scoring.logprobs import score
 
 __all__ = ["GPT2"]
 
-#: GPT-2's <|endoftext|>, for a model with GPT-2's vocabulary and no tokenizer loaded yet.
-EOT_50257 = 50256
 
-
-class GPT2:
+class GPT2(Runtime):
     """A GPT-2 model: hyperparameters, parameters and (optionally) a tokenizer.
 
-    ``fast=True`` (the default) plugs :data:`gpt2np.fast.FAST` into :func:`gpt2np.forward`:
-    tiled attention (heads shared among threads), LayerNorm and GELU on rows among threads, and
-    a small batch's head by vocabulary slices, each equal to its clear twin in
-    :mod:`gpt2np.layers` to float rounding. ``fast=False`` runs the same function with the clear
-    kernels, :data:`gpt2np.layers.CLEAR`: the equations as written.
+    ``GPT2(hparams, params, tokenizer=None, dtype=None, fast=True)``: everything that runs the
+    model (the checked :meth:`forward`, :meth:`forward_cached` with :meth:`new_cache`,
+    :meth:`astype`, :meth:`copy`, the kernels that ``fast`` picks) is
+    :class:`gpt2np.runtime.Runtime`'s; what this class adds are shortcuts to the uses of a model
+    (:meth:`generate`, :meth:`score`, :meth:`trace`).
 
     >>> model = GPT2(hparams, params)
     >>> logits, present = model.forward([[464, 3290]])   # [1, 2, V], [1, L, 2, H, 2, Dh]
-
-    Weights that are read-only (a loaded model's are memory-mapped from the file) stay so, and
-    NumPy refuses a write to one ("assignment destination is read-only"); for writable weights
-    load with ``gpt2np.load(..., mmap=False)``, or take :meth:`copy`.
     """
-
-    def __init__(
-        self,
-        hparams: HParams,
-        params: Params,
-        tokenizer: Any = None,
-        dtype: Any = None,
-        fast: bool = True,
-        *,
-        load_tokenizer: Optional[Callable[[], Any]] = None,
-    ) -> None:
-        if not isinstance(hparams, HParams):
-            raise TypeError(f"hparams must be an HParams, got {type(hparams).__name__}")
-        check_params(params, hparams)
-        if dtype is not None:
-            if not np.issubdtype(np.dtype(dtype), np.floating):  # int weights would be garbage
-                raise TypeError(f"dtype must be a float type such as float64, got {dtype!r}")
-            params = cast_params(params, dtype)
-        dtypes = {a.dtype for a in flatten(params).values()}
-        if len(dtypes) != 1:
-            raise TypeError(f"params mix dtypes {sorted(map(str, dtypes))}; pass dtype= to cast")
-        (computed,) = dtypes
-        if hparams.reorder_and_upcast_attn and np.finfo(computed).bits < 32:
-            raise ValueError(
-                f"this model's config sets reorder_and_upcast_attn: its attention scores are "
-                f"meant to be computed in float32, which gpt2np does only with float32 or float64 "
-                f"weights, not {computed}"
-            )
-        self.hparams = hparams
-        self.params = params
-        if isinstance(tokenizer, type):
-            raise TypeError(
-                f"tokenizer= takes a tokenizer object, got the class {tokenizer.__name__}; pass "
-                f"load_tokenizer={tokenizer.__name__} to make one on first use"
-            )
-        self._tokenizer = tokenizer
-        self._load_tokenizer = load_tokenizer
-        self.fast = fast
-        self.kernels = FAST if fast else CLEAR
-        #: Defaults from the checkpoint's generation_config.json (eos_token_id, max_length,
-        #: max_new_tokens): the end of a text, and how many tokens generate() makes when not told.
-        self.generation_config: dict[str, Any] = {}
-        #: Where the weights came from, when loaded from the Hugging Face Hub: a
-        #: :class:`gpt2np.sources.hub.Snapshot` (repo, revision, commit, files), else None.
-        self.source: Any = None
-
-    @property
-    def dtype(self) -> np.dtype:
-        """The floating dtype the weights and every computation use."""
-        dtype: np.dtype = self.params["wte"].dtype
-        return dtype
-
-    @property
-    def tokenizer(self) -> Any:
-        """The tokenizer given at construction; else the one ``load_tokenizer()`` makes, called
-        on first use (loaders pass it, so that loading the weights does not wait for the
-        vocabulary to be parsed); else GPT-2's bundled one."""
-        if self._tokenizer is None and self._load_tokenizer is not None:
-            self._tokenizer = self._load_tokenizer()
-        if self._tokenizer is None:
-            if self.hparams.n_vocab != 50257:
-                raise ValueError(
-                    f"this model has n_vocab={self.hparams.n_vocab}, not GPT-2's 50257; "
-                    "pass tokenizer= to GPT2() to use text"
-                )
-            self._tokenizer = Tokenizer()
-        return self._tokenizer
-
-    @property
-    def eot_token(self) -> Optional[int]:
-        """The id that ends a text (``<|endoftext|>``) and starts an unconditional sample:
-        generation_config.json's eos_token_id (the first, if it lists several: generate ends a
-        row at any of them), else the tokenizer's when one was given or loaded, GPT-2's 50256
-        for its 50257-token vocabulary, else None (nothing ends early)."""
-        eos = self.generation_config.get("eos_token_id")
-        if eos is not None:
-            return eos if isinstance(eos, int) else eos[0]
-        if self._tokenizer is not None or self._load_tokenizer is not None:
-            return getattr(self.tokenizer, "eot_token", None)
-        return EOT_50257 if self.hparams.n_vocab == 50257 else None
-
-    def astype(self, dtype: Any) -> GPT2:
-        """The same model with every weight cast to ``dtype`` (e.g. np.float64)."""
-        model = GPT2(self.hparams, self.params, self._tokenizer, dtype=dtype, fast=self.fast,
-                     load_tokenizer=self._load_tokenizer)  # fmt: skip
-        model.generation_config, model.source = dict(self.generation_config), self.source
-        return model
-
-    def copy(self) -> GPT2:
-        """The same model with its own writable copy of every weight, in memory: change it
-        (ablate a head, edit an embedding) without touching this model or the files.
-
-        >>> ablated = model.copy()
-        >>> ablated.params["blocks"][5]["attn"]["c_proj"]["w"][64:128] = 0   # zero h5's head 1
-        """
-        params = map_params(lambda a: np.array(a, copy=True), self.params)
-        return GPT2(self.hparams, params, self._tokenizer, fast=self.fast,
-                    load_tokenizer=self._load_tokenizer)  # fmt: skip
-
-    # -- the forward pass, checked -----------------------------------------------------------
-
-    def forward(self, ids: Any, past: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
-        """Logits of every position, and the new tokens' keys and values.
-
-        ids: integers [B, T], or [T] for one sequence. past: an earlier ``present`` (or several
-        concatenated on axis -2) [B, L, 2, H, T_past, Dh], or None.
-        Returns logits [B, T, V] ([T, V] for 1-D ids) and present [B, L, 2, H, T, Dh].
-        """
-        ids2, past = self.check_forward_args(ids, past)
-        logits, present = forward(self.params, self.hparams, ids2, past, kernels=self.kernels)
-        return (logits[0] if np.ndim(ids) == 1 else logits), present
-
-    def check_forward_args(self, ids: Any, past: Any) -> tuple[np.ndarray, Optional[np.ndarray]]:
-        """Every check of :meth:`forward`: ids as int64 [B, T], past as an array of this model's
-        shapes and dtype (or None), and that together they fit in n_ctx."""
-        ids2 = self.check_ids(ids)
-        past = checks.check_past(past, self.hparams, ids2.shape[0], self.dtype)
-        checks.check_fits(0 if past is None else past.shape[-2], ids2.shape[1], self.hparams.n_ctx)
-        return ids2, past
-
-    def check_ids(self, ids: Any) -> np.ndarray:
-        """Token ids as an int64 array [B, T], or a ValueError/TypeError saying what is wrong."""
-        return checks.check_ids(ids, self.hparams.n_vocab)
-
-    def check_past(self, past: Any, batch: int) -> Optional[np.ndarray]:
-        """``past`` as an array [B, L, 2, H, T_past, Dh] of this model's dtype, or a
-        ValueError/TypeError naming the axis that does not fit."""
-        return checks.check_past(past, self.hparams, batch, self.dtype)
-
-    def new_cache(self, batch: int = 1, max_len: Optional[int] = None, pad: Any = None) -> KVCache:
-        """An empty :class:`KVCache` of this model's shapes and dtype for ``batch`` rows of up to
-        ``max_len`` positions (default n_ctx); ``pad`` [batch] counts each row's left padding."""
-        batch, max_len, pad = checks.check_cache_args(self.hparams, batch, max_len, pad)
-        return KVCache(self.hparams, batch, max_len, self.dtype, pad)
-
-    def forward_cached(self, ids: Any, cache: KVCache, last_only: bool = False) -> np.ndarray:
-        """Forward the next tokens ``ids`` [B, T] through a preallocated :class:`KVCache`,
-        writing their keys and values in place. Returns logits [B, T, V] ([B, 1, V] with
-        ``last_only``)."""
-        if not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache (model.new_cache()), got {type(cache)}")
-        ids2 = self.check_ids(ids)
-        checks.check_cache(cache, self.hparams, self.dtype, ids2.shape[0], ids2.shape[1])
-        length = cache.length
-        try:
-            logits, _ = forward(self.params, self.hparams, ids2, cache, kernels=self.kernels,
-                                last_only=last_only)  # fmt: skip
-        except BaseException:  # an interrupted pass: the cache stays as it was before it
-            cache.length = length
-            raise
-        return logits
 
     # -- uses of the model: shortcuts to their modules ----------------------------------------
 
     def generate(
-        self,
-        prompt: Any = None,
-        max_new_tokens: Optional[int] = None,
-        *,
-        max_length: Optional[int] = None,
-        min_new_tokens: Optional[int] = None,
-        eos_token_id: Union[int, Sequence[int], None] = None,
-        stop: Union[str, Sequence[str], None] = None,
-        stopping_criteria: Any = None,
-        max_time: Optional[float] = None,
-        context: str = "error",
-        do_sample: Optional[bool] = None,
-        temperature: Optional[float] = None,
-        top_k: Optional[int] = None,
-        top_p: Optional[float] = None,
-        top_p_rule: str = "hf",
-        min_p: Optional[float] = None,
-        typical_p: Optional[float] = None,
-        epsilon_cutoff: Optional[float] = None,
-        eta_cutoff: Optional[float] = None,
-        min_tokens_to_keep: int = 1,
-        seed: Union[int, np.random.Generator, None] = None,
-        n: int = 1,
-        num_return_sequences: Optional[int] = None,
-        repetition_penalty: Optional[float] = None,
-        presence_penalty: float = 0.0,
-        frequency_penalty: float = 0.0,
-        no_repeat_ngram_size: Optional[int] = None,
-        bad_words_ids: Optional[Sequence[Any]] = None,
-        suppress_tokens: Optional[Sequence[int]] = None,
-        sequence_bias: Any = None,
-        forced_eos_token_id: Union[int, Sequence[int], None] = None,
-        exponential_decay_length_penalty: Optional[tuple[int, float]] = None,
-        logits_processors: Any = None,
-        num_beams: Optional[int] = None,
-        length_penalty: Optional[float] = None,
-        early_stopping: Union[bool, str, None] = None,
-        logprobs: Optional[int] = None,
-        logprobs_mode: str = "processed",
-        echo: bool = False,
-        stream: bool = False,
-        pad_token_id: Optional[int] = None,
-        progress: Optional[bool] = None,
-        **unsupported: Any,
+        self, prompt: Any = None, max_new_tokens: Optional[int] = None, **options: Any
     ) -> Any:
         """Continue ``prompt``: a str gives a str, ids the list of new ids, a list a list; None
         or "" an unconditional sample (:func:`gpt2np.generation.loop.generate`). The options,
         each defined once (:data:`gpt2np.generation.options.OPTIONS`), and where their defaults
         come from; HF's other names raise a TypeError saying what to do instead.
         """
-        return generate(
-            prompt, self, max_new_tokens=max_new_tokens, max_length=max_length,
-            min_new_tokens=min_new_tokens, eos_token_id=eos_token_id, stop=stop,
-            stopping_criteria=stopping_criteria, max_time=max_time, context=context,
-            do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
-            top_p_rule=top_p_rule, min_p=min_p, typical_p=typical_p,
-            epsilon_cutoff=epsilon_cutoff, eta_cutoff=eta_cutoff,
-            min_tokens_to_keep=min_tokens_to_keep, seed=seed, n=n,
-            num_return_sequences=num_return_sequences, repetition_penalty=repetition_penalty,
-            presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-            no_repeat_ngram_size=no_repeat_ngram_size, bad_words_ids=bad_words_ids,
-            suppress_tokens=suppress_tokens, sequence_bias=sequence_bias,
-            forced_eos_token_id=forced_eos_token_id,
-            exponential_decay_length_penalty=exponential_decay_length_penalty,
-            logits_processors=logits_processors, num_beams=num_beams,
-            length_penalty=length_penalty, early_stopping=early_stopping, logprobs=logprobs,
-            logprobs_mode=logprobs_mode, echo=echo, stream=stream, pad_token_id=pad_token_id,
-            progress=progress, **unsupported,
-        )  # fmt: skip
+        return generate(prompt, self, max_new_tokens=max_new_tokens, **options)
 
+    generate.__signature__ = signature(  # type: ignore[attr-defined]  # for help() and IDEs
+        list(inspect.signature(generate).parameters.values())[:-1]  # without **options
+    )
     generate.__doc__ = (generate.__doc__ or "") + describe(" " * 8)
 
     def default_max_new_tokens(self, prompt: Any) -> int:
@@ -280,66 +57,11 @@ class GPT2:
         tokens, else 50."""
         return new_tokens(self, prompt)
 
-    @overload
-    def score(  # type: ignore[overload-overlap]  # a str is a Sequence[str] too, but one text
-        self,
-        text_or_ids: Union[str, Sequence[int]],
-        stride: Optional[int] = None,
-        max_len: Optional[int] = None,
-        *,
-        progress: Optional[bool] = None,
-        batch_size: Optional[int] = None,
-    ) -> Score: ...
-    @overload
-    def score(
-        self,
-        text_or_ids: Union[Sequence[str], Sequence[Sequence[int]]],
-        stride: Optional[int] = None,
-        max_len: Optional[int] = None,
-        *,
-        progress: Optional[bool] = None,
-        batch_size: Optional[int] = None,
-    ) -> list[Score]: ...
-    @overload
-    def score(
-        self,
-        text_or_ids: Scorable,  # a 2-D array is a batch, a 1-D one one row
-        stride: Optional[int] = None,
-        max_len: Optional[int] = None,
-        *,
-        progress: Optional[bool] = None,
-        batch_size: Optional[int] = None,
-    ) -> Union[Score, list[Score]]: ...
-    def score(
-        self,
-        text_or_ids: Scorable,
-        stride: Optional[int] = None,
-        max_len: Optional[int] = None,
-        *,
-        progress: Optional[bool] = None,
-        batch_size: Optional[int] = None,
-    ) -> Union[Score, list[Score]]:
-        """Per-token log-probabilities (natural log), NLL and perplexity of a text or 1-D ids,
-        with a strided sliding window of ``max_len`` (default n_ctx) tokens moving by ``stride``
-        (default max_len // 2) for long inputs. Returns a :class:`gpt2np.Score` (ids,
-        token_logprobs, context_len, nll, perplexity, n_tokens); the first token is not scored.
-        A list of texts or of id lists is a batch and gives a list of Scores. ``progress``: a
-        bar over the windows (None: on a terminal or in a notebook); ``batch_size``: windows per
-        forward pass. See :func:`gpt2np.scoring.logprobs.score`."""
-        return score(
-            self, text_or_ids, stride=stride, max_len=max_len, progress=progress,
-            batch_size=batch_size,
-        )  # fmt: skip
+    #: :func:`gpt2np.scoring.logprobs.score` as a method: ``model.score(text_or_ids, ...)``.
+    score = score
 
     def trace(self, ids: Any, past: Optional[np.ndarray] = None, names: Names = None) -> Trace:
         """Every intermediate of the forward pass by name (docs/tracing.md): a
         :class:`gpt2np.golden.trace.Trace` mapping name -> ndarray in forward order, with
         ``.logits`` [B, T, V] and ``.present``. ``names``: glob(s) keeping only some."""
         return trace(self, ids, past=past, names=names)
-
-    def __repr__(self) -> str:
-        h = self.hparams
-        return (
-            f"GPT2(n_layer={h.n_layer}, n_embd={h.n_embd}, n_head={h.n_head}, "
-            f"n_vocab={h.n_vocab}, n_ctx={h.n_ctx}, dtype={self.dtype})"
-        )

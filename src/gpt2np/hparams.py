@@ -67,12 +67,22 @@ class HParams:
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
         eps = self.layer_norm_epsilon
-        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0 < eps < math.inf:
-            raise ValueError(f"HParams.layer_norm_epsilon must be a positive number, got {eps!r}")
+        try:  # an int past float's range (JSON allows 1e39 written out) overflows float()
+            finite = not isinstance(eps, (bool, np.bool_)) and isinstance(eps, numbers.Real)
+            finite = finite and 0 < float(eps) < math.inf
+        except OverflowError:
+            finite = False
+        if not finite:
+            raise ValueError(
+                "HParams.layer_norm_epsilon must be a positive finite number, got "
+                f"layer_norm_epsilon={eps!r}"
+            )
         object.__setattr__(self, "layer_norm_epsilon", float(eps))
         if self.n_inner is not None:
             object.__setattr__(self, "n_inner", _positive_int("n_inner", self.n_inner))
-        if self.activation_function not in ACTIVATIONS:
+        if not isinstance(self.activation_function, str) or (  # {} is unhashable
+            self.activation_function not in ACTIVATIONS
+        ):
             raise ValueError(
                 f"HParams.activation_function={self.activation_function!r} is not one gpt2np "
                 f"runs (it runs {', '.join(ACTIVATIONS)})"
@@ -81,7 +91,7 @@ class HParams:
                      "reorder_and_upcast_attn", "tie_word_embeddings"):  # fmt: skip
             value = getattr(self, name)
             if not isinstance(value, (bool, np.bool_)):
-                raise TypeError(f"HParams.{name} must be True or False, got {value!r}")
+                raise TypeError(f"HParams.{name} must be True or False, got {name}={value!r}")
             object.__setattr__(self, name, bool(value))
 
     @property
@@ -147,10 +157,10 @@ class HParams:
 
 def _positive_int(name: str, value: Any) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"HParams.{name} must be an int, got {value!r}")
+        raise TypeError(f"HParams.{name} must be an int, got {name}={value!r}")
     n = int(value)  # a NumPy integer (read from an array, say) becomes a plain int
     if n <= 0:
-        raise ValueError(f"HParams.{name} must be positive, got {n}")
+        raise ValueError(f"HParams.{name} must be positive, got {name}={n}")
     return n
 
 

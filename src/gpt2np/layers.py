@@ -1,46 +1,29 @@
 """The building blocks of GPT-2, each a few lines with its equation: the activations, softmax,
-LayerNorm, the linear map, scaled dot-product attention and the output head.
+LayerNorm, the linear map and the output head.
 
 These follow OpenAI's ``src/model.py`` (``norm``, ``gelu``, ``softmax``, ``conv1d``, the core of
 ``attn``) exactly, so that the numbers match the released graph. All functions are pure and
 broadcast over any leading axes ``[...]``; the dtype of the input is kept (float32 in, float32
 out).
 
-The five that do the heavy work of a forward pass (:func:`attend`, :func:`activation`,
-:func:`layernorm`, :func:`head`, :func:`linear`) are called through a :class:`Kernels` bundle,
-:data:`CLEAR` by default: ``gpt2np.fast.FAST`` bundles faster twins of them, each tested equal
-to its clear one, so that one composition of the forward pass (:func:`gpt2np.model.forward`)
-runs either.
+Four of them (:func:`activation`, :func:`layernorm`, :func:`head`, :func:`linear`), with
+:func:`gpt2np.attention.attend`, do the heavy work of a forward pass and are called through a
+:class:`gpt2np.kernels.Kernels` bundle: :data:`gpt2np.kernels.CLEAR` holds these clear ones,
+``gpt2np.fast.FAST`` faster twins, so that one composition (:func:`gpt2np.model.forward`) runs
+either.
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional, Protocol
 
 import numpy as np
 
 from .erf import erfc
 from .hparams import ACTIVATIONS
 
-__all__ = [
-    "CLEAR",
-    "MASKED_SCORE",
-    "RECORD_NOTHING",
-    "Kernels",
-    "Recorder",
-    "activation",
-    "attend",
-    "gelu",
-    "gelu_erf",
-    "head",
-    "layernorm",
-    "linear",
-    "masked_score",
-    "relu",
-    "silu",
-    "softmax",
-]
+__all__ = ["RECORD_NOTHING", "Recorder", "activation", "gelu", "gelu_erf", "head",
+    "layernorm", "linear", "relu", "silu", "softmax"]  # fmt: skip
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -161,44 +144,6 @@ class Recorder:
 RECORD_NOTHING = Recorder()
 
 
-#: What OpenAI's graph adds to masked-out scores (``w*b - 1e10*(1-b)``). A large finite number
-#: rather than -inf keeps a row that masks every key finite (it becomes uniform, not NaN).
-MASKED_SCORE = -1e10
-
-
-def masked_score(dtype: np.dtype) -> np.ndarray:
-    """MASKED_SCORE as a 0-d array of ``dtype``, or the dtype's lowest finite value when -1e10
-    does not fit (float16): -inf there would make a fully masked row exp(-inf - -inf) = NaN."""
-    return np.asarray(max(MASKED_SCORE, float(np.finfo(dtype).min)), dtype=dtype)
-
-
-def attend(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    mask: np.ndarray,
-    record: Recorder = RECORD_NOTHING,
-    scale: Optional[float] = None,
-) -> np.ndarray:
-    """Scaled dot-product attention (Vaswani et al., 2017, §3.2.1), with a mask:
-
-        softmax(q·kᵀ · scale, masked keys set to -1e10) · v
-
-    q [B, H, T, Dh], k and v [B, H, S, Dh], mask bool broadcastable to [B, H, T, S]
-    (True where a query may see a key)  ->  [B, H, T, Dh]
-
-    ``scale`` multiplies the scores: 1/√Dh (GPT-2's) when None.
-    A query that may see no key at all (only left padding does) gets a finite, meaningless output.
-    """
-    if scale is None:
-        scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = q @ k.swapaxes(-1, -2) * scale  # [B, H, T, S]
-    scores = record("scores", scores)
-    probs = record("probs", softmax(np.where(mask, scores, masked_score(scores.dtype))))
-    out: np.ndarray = probs @ v  # [B, H, T, S] @ [B, H, S, Dh] -> [B, H, T, Dh]
-    return out
-
-
 def head(h: np.ndarray, wte: np.ndarray) -> np.ndarray:
     """The output head: logits = h · wteᵀ.        [B, T, D] @ [D, V] -> [B, T, V]
 
@@ -208,60 +153,3 @@ def head(h: np.ndarray, wte: np.ndarray) -> np.ndarray:
     """
     logits: np.ndarray = h.reshape(-1, h.shape[-1]) @ wte.T  # [B*T, D] @ [D, V] -> [B*T, V]
     return logits.reshape(*h.shape[:-1], wte.shape[0])
-
-
-class Attend(Protocol):
-    """attend(q, k, v, mask, record, scale): a kernel of scaled dot-product attention."""
-
-    def __call__(
-        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray, /,
-        record: Recorder = RECORD_NOTHING, scale: Optional[float] = None,
-    ) -> np.ndarray: ...  # fmt: skip
-
-
-class Act(Protocol):
-    """act(x, name): the MLP's activation named as in ``hparams.activation_function``."""
-
-    def __call__(self, x: np.ndarray, name: str, /) -> np.ndarray: ...
-
-
-class Norm(Protocol):
-    """norm(x, g, b, eps=1e-5): a LayerNorm kernel (g and b by name, as ``**params["ln_1"]``
-    passes them)."""
-
-    def __call__(
-        self, x: np.ndarray, /, g: np.ndarray, b: np.ndarray, eps: float = 1e-5
-    ) -> np.ndarray: ...
-
-
-class Head(Protocol):
-    """head(h, w): the output head's product h · wᵀ."""
-
-    def __call__(self, h: np.ndarray, w: np.ndarray, /) -> np.ndarray: ...
-
-
-class Linear(Protocol):
-    """linear(x, w, b): the affine map x · w + b (w and b by name, as ``**params["c_fc"]``
-    passes them)."""
-
-    def __call__(self, x: np.ndarray, /, w: np.ndarray, b: np.ndarray) -> np.ndarray: ...
-
-
-class Kernels(NamedTuple):
-    """The five functions that do a forward pass's heavy work, plugged into the one composition
-    (:func:`gpt2np.model.forward`, :func:`gpt2np.block.block`, :func:`gpt2np.attention.attention`).
-
-    :data:`CLEAR` holds this module's own; ``gpt2np.fast.FAST`` holds faster twins that compute
-    the same numbers up to float rounding (tests/test_fast.py). A fast kernel may overwrite its
-    input where the composition hands it a fresh array it owns (the MLP's hidden activations).
-    """
-
-    attend: Attend  # softmax(q·kᵀ·scale + mask)·v             [B, H, T, Dh]
-    act: Act  # the MLP's activation                             [B, T, 4D]
-    norm: Norm  # LayerNorm                                        [B, T, D]
-    head: Head  # logits = h · wᵀ                                  [B, T, V]
-    linear: Linear  # x · w + b: c_attn, c_proj, c_fc, mlp.c_proj     [B, T, n_out]
-
-
-#: The clear kernels: the functions above, the forward pass as the equations write it.
-CLEAR = Kernels(attend, activation, layernorm, head, linear)

@@ -21,24 +21,18 @@ as ``past``). Arguments are not checked here: :class:`gpt2np.GPT2` checks them.
 from __future__ import annotations
 
 import math
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
+from .attention import Past
 from .block import block
 from .hparams import HParams
-from .layers import CLEAR, RECORD_NOTHING, Kernels, Recorder, head
+from .kernels import CLEAR, Kernels
+from .layers import RECORD_NOTHING, Recorder, head
 
-__all__ = [
-    "Past",
-    "attention_scale",
-    "embed",
-    "forward",
-    "head",
-    "head_weight",
-    "past_shape",
-    "positions_for",
-]
+__all__ = ["Past", "attention_scale", "embed", "forward", "head", "head_weight",
+    "past_shape", "positions_for"]  # fmt: skip
 
 
 def past_shape(hparams: HParams, batch: int, T_past: int) -> tuple[int, ...]:
@@ -85,11 +79,6 @@ def head_weight(params: dict[str, Any], hparams: HParams) -> np.ndarray:
     return w
 
 
-#: What :func:`forward` takes as ``past``: None, OpenAI's array, or a KVCache (any object with
-#: ``positions(T)`` and ``layers(T)``, as :class:`gpt2np.fast.kvcache.KVCache` has).
-Past = Union[None, np.ndarray, Any]
-
-
 def forward(
     params: dict[str, Any],
     hparams: HParams,
@@ -109,7 +98,7 @@ def forward(
     ->  (logits [B, T, V], present [B, L, 2, H, T, Dh]: the new tokens' keys and values; with a
     KVCache as past, the cache itself, which now holds them after the earlier ones)
 
-    ``kernels``: the functions doing the heavy work, :data:`gpt2np.layers.CLEAR` (the equations
+    ``kernels``: the functions doing the heavy work, :data:`gpt2np.kernels.CLEAR` (the equations
     as written) or ``gpt2np.fast.FAST``. ``last_only``: only the last position's logits
     [B, 1, V], what sampling needs. ``logits=False``: ln_f's output [B, T, D] instead of the
     logits, for a caller that applies the head itself (scoring does, a few rows at a time).

@@ -275,7 +275,7 @@ def test_linear_parts_gives_few_rows_to_the_owner_and_cuts_many_by_rows(
         seen[:] = items
         return run(fn, items)
 
-    monkeypatch.setattr(fast_linear.parallel, "run", recording_run)
+    monkeypatch.setattr(fast_linear.threads, "run", recording_run)
     w, b = np.ones((5, 30), np.float32), np.zeros(30, np.float32)
     linear_parts(np.ones((2, 5), np.float32), w, b)
     assert seen == [] and few_rows_on.counts == [3 if few_rows_on.choice else 1]

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from gpt2np import GPT2
-from gpt2np.fast.kvcache import KVCache
 from gpt2np.generation.beam import beam_search
 from gpt2np.generation.loop import generate
 from gpt2np.generation.sampling import log_softmax
+from gpt2np.runtime.kvcache import KVCache
 
 
 def with_eot(model: GPT2, eot: int) -> GPT2:

@@ -483,8 +483,8 @@ def test_a_refused_golden_file_is_closed_at_once(tmp_path, monkeypatch, manifest
     import gpt2np.golden.reader as reader
 
     opened = []
-    real = reader.open_regular
-    monkeypatch.setattr(reader, "open_regular", lambda p: opened.append(real(p)) or opened[-1])
+    real = reader.open_file
+    monkeypatch.setattr(reader, "open_file", lambda p: opened.append(real(p)) or opened[-1])
     bad = tmp_path / "bad.npz"
     np.savez(bad, **{MANIFEST_KEY: np.frombuffer(manifest, np.uint8), "x": np.ones(2)})
     with pytest.raises(gpt2np.CheckpointError, match="manifest"):

@@ -69,12 +69,13 @@ def quick() -> Iterator[None]:
     import importlib
 
     from gpt2np.sources import http, hub, openai
+    from gpt2np.support import lock
 
     session = importlib.import_module("gpt2np.sources.session")
     small = [(http, "CONNECT_TIMEOUT", 1.0), (http, "READ_TIMEOUT", 1.0),
              (http, "STALL_SECONDS", 0.5), (http, "STALL_BYTES", 1024), (http, "ATTEMPTS", 2),
              (http, "BACKOFF_SECONDS", 0.001), (session, "HEAD_DEADLINE", 0.5),
-             (openai, "LOCK_POLL_SECONDS", 0.01)]  # fmt: skip
+             (lock, "LOCK_POLL_SECONDS", 0.01)]  # fmt: skip
     saved = [(m, n, getattr(m, n)) for m, n, _ in small]
     caps = [getattr(m, "MAX_BYTES", {}) for m in (hub, openai)]
     kept = [dict(c) for c in caps]

@@ -213,7 +213,7 @@ def test_a_list_of_texts():
 
 def test_the_window_cache_holds_one_layer(tiny_model, monkeypatch):
     """Batched scoring's cache keeps one layer's keys and values, not L layers'."""
-    from gpt2np.fast.kvcache import KVCache
+    from gpt2np.runtime.kvcache import KVCache
 
     made = []
     real_init = KVCache.__init__

@@ -30,6 +30,7 @@ import pytest
 import gpt2np
 from gpt2np.sources import http as fetch
 from gpt2np.sources import session
+from gpt2np.support import lock as file_lock
 from tests.helpers.httpfixture import Bucket, closed_port_url, etag_of, serve
 
 # gpt2np.download is the function; the module behind it, whose constants the tests patch:
@@ -57,7 +58,7 @@ def fast(monkeypatch: pytest.MonkeyPatch) -> None:
     """Small waits, and "124M" published with the fixture's hparams (the index is checked
     against them)."""
     monkeypatch.setattr(fetch, "BACKOFF_SECONDS", 0.001)
-    monkeypatch.setattr(dl, "LOCK_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(file_lock, "LOCK_POLL_SECONDS", 0.01)
     monkeypatch.setitem(gpt2np.HPARAMS, "124M", gpt2np.HParams.from_json(SMALL / "hparams.json"))
 
 
@@ -941,9 +942,9 @@ def test_progress_must_be_a_bool_or_none(tmp_path) -> None:
 def test_concurrent_downloads_fetch_each_file_once(
     tmp_path, bucket, base_url, monkeypatch, use_fcntl
 ):
-    if use_fcntl and dl.fcntl is None:
+    if use_fcntl and file_lock.fcntl is None:
         pytest.skip("no fcntl on this platform")
-    monkeypatch.setattr(dl, "fcntl", dl.fcntl if use_fcntl else None)
+    monkeypatch.setattr(file_lock, "fcntl", file_lock.fcntl if use_fcntl else None)
     bucket.piece_delay = 0.001  # ~0.4 s for the seven files, so the calls overlap
     results, errors = [], []
 
@@ -970,7 +971,7 @@ def test_lock_blocks_another_process(tmp_path, bucket, base_url) -> None:
         "gpt2np.HPARAMS['124M'] = gpt2np.HParams.from_json(sys.argv[3]); "
         "print(gpt2np.download('124M', models_dir=sys.argv[1], base_url=sys.argv[2]))"
     )
-    with dl._Lock(dl.lock_path(directory)):
+    with file_lock.FileLock(dl.lock_path(directory)):
         child = subprocess.Popen(
             [sys.executable, "-c", script, str(tmp_path), base_url, str(SMALL / "hparams.json")],
             stdout=subprocess.PIPE,
@@ -987,8 +988,8 @@ def test_lock_blocks_another_process(tmp_path, bucket, base_url) -> None:
 def test_stale_excl_lock_is_taken_over(tmp_path, monkeypatch) -> None:
     lock = tmp_path / "x.lock"
     lock.write_text("")
-    old = time.time() - dl.STALE_LOCK_SECONDS - 5
+    old = time.time() - file_lock.STALE_LOCK_SECONDS - 5
     os.utime(lock, (old, old))
-    with dl._Lock(lock, use_fcntl=False):
+    with file_lock.FileLock(lock, use_fcntl=False):
         assert lock.exists() and lock.stat().st_mtime > old
     assert not lock.exists()

@@ -9,9 +9,9 @@ import fractions
 import numpy as np
 import pytest
 
-from gpt2np.checks import check_index
 from gpt2np.cli.common import nonneg_int, pos_int
 from gpt2np.generation.loop import generate
+from gpt2np.runtime.checks import check_index
 from gpt2np.support.checks import check_int, check_real, is_int
 
 

@@ -414,7 +414,7 @@ def _write(path: str, body: dict[str, Any], flat: dict[str, np.ndarray] | None) 
             new = os.path.join(cache_dir, marked_name(key, ".safetensors", hidden=False))
             _write_converted(new, flat, body)
         body["racy"] = _racy(body["data"][1])
-        _write_json(path, {"body": body, "sha256": _digest(body)})
+        write_json(path, {"body": body, "sha256": _digest(body)})
     except BaseException as e:
         if new is not None and os.path.exists(new):
             os.unlink(new)
@@ -437,7 +437,7 @@ def _write_converted(path: str, flat: dict[str, np.ndarray], body: dict[str, Any
     body.update(data=[os.path.abspath(path), stamp(os.stat(path))], tensors=tensors)
 
 
-def _write_json(path: str, value: Any) -> None:
+def write_json(path: str, value: Any) -> None:
     write_bytes(path, json.dumps(value, separators=(",", ":")))
 
 

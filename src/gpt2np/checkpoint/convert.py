@@ -25,14 +25,13 @@ initialisation, other heads, generation defaults, bookkeeping).
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from typing import Any
 
 import numpy as np
 
 from ..errors import CheckpointError
-from ..hparams import ACTIVATIONS, HParams
+from ..hparams import HParams
 from ..params import expected_shapes
 
 __all__ = [
@@ -77,8 +76,10 @@ CONFIG_FIELDS_INERT = frozenset({
     "return_dict", "dtype", "torch_dtype", "chunk_size_feed_forward", "is_encoder_decoder",
     "id2label", "label2id", "problem_type", "_name_or_path", "task_specific_params",
 })  # fmt: skip
-_BOOLEAN_SETTINGS = ("scale_attn_weights", "scale_attn_by_inverse_layer_idx",
-                     "reorder_and_upcast_attn", "tie_word_embeddings")  # fmt: skip
+#: The settings of the GPT-2 family that gpt2np runs, read from config.json into HParams.
+_SETTINGS = ("scale_attn_weights", "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn",
+             "tie_word_embeddings", "layer_norm_epsilon", "activation_function",
+             "n_inner")  # fmt: skip
 
 _HF_LEAF = {"g": "weight", "b": "bias", "w": "weight"}
 _MASK_BUFFER = re.compile(r"h\.\d+\.attn\.(bias|masked_bias)$")
@@ -250,31 +251,11 @@ def hparams_from_hf_config(config: Any, source: str) -> HParams:
             raise CheckpointError(
                 f"{source} has {key}={value!r}; gpt2np runs only GPT-2's {key}={accepted!r}"
             )
-    settings = {key: config[key] for key in _BOOLEAN_SETTINGS if key in config}
-    for key, value in settings.items():
-        if not isinstance(value, bool):
-            raise CheckpointError(f"{source} has {key}={value!r}; it must be true or false")
-    if "layer_norm_epsilon" in config:
-        eps = config["layer_norm_epsilon"]
-        try:  # an int past float's range (JSON allows 1e39 written out) overflows float()
-            finite = not isinstance(eps, bool) and 0 < float(eps) < math.inf
-        except (TypeError, ValueError, OverflowError):
-            finite = False
-        if not finite or not isinstance(eps, (int, float)):
-            raise CheckpointError(
-                f"{source} has layer_norm_epsilon={eps!r}; it must be a positive finite number"
-            )
-        settings["layer_norm_epsilon"] = float(eps)
-    activation = config.get("activation_function", "gelu_new")
-    if not isinstance(activation, str) or activation not in ACTIVATIONS:  # {} is unhashable
-        raise CheckpointError(
-            f"{source} has activation_function={activation!r}; gpt2np runs "
-            f"{', '.join(map(repr, ACTIVATIONS))}"
-        )
-    settings["activation_function"] = activation
-    n_inner = config.get("n_inner")
-    if n_inner is not None and (type(n_inner) is not int or n_inner <= 0):
-        raise CheckpointError(f"{source} has n_inner={n_inner!r}; it must be null or an int > 0")
-    if n_inner is not None and n_inner != 4 * shapes.n_embd:  # 4 * n_embd is the default
-        settings["n_inner"] = n_inner
-    return dataclasses.replace(shapes, **settings)
+    # the settings are checked where they are defined, by HParams: here only the file is named
+    settings = {key: config[key] for key in _SETTINGS if key in config}
+    if type(settings.get("n_inner")) is int and settings["n_inner"] == 4 * shapes.n_embd:
+        del settings["n_inner"]
+    try:
+        return dataclasses.replace(shapes, **settings)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{source}: {e}") from None

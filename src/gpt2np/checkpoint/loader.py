@@ -330,10 +330,10 @@ def _write_hf_dir(
     read_safetensors(os.path.join(directory, "model.safetensors"))  # complete and well-formed
     config = hf_config(hparams)
     config["torch_dtype"] = str(params["wte"].dtype)
-    _write_json(os.path.join(directory, "config.json"), config)
+    write_json(os.path.join(directory, "config.json"), config)
     names = ["model.safetensors", "config.json"]
     if generation:
-        _write_json(os.path.join(directory, "generation_config.json"), dict(generation))
+        write_json(os.path.join(directory, "generation_config.json"), dict(generation))
         names.append("generation_config.json")
     # the vocabulary as HF's vocab.json + merges.txt (the same formats as OpenAI's encoder.json
     # + vocab.bpe), or tokenizer.json, so that the directory is complete for HF and load_dir
@@ -347,7 +347,7 @@ def _write_hf_dir(
     return names
 
 
-def _write_json(path: str, value: Any) -> None:
+def write_json(path: str, value: Any) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(value, f, indent=2)
         f.flush()

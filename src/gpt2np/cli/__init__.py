@@ -1,4 +1,4 @@
-"""The ``gpt2np`` command (also ``python -m gpt2np``); see :mod:`gpt2np.cli.app.main`."""
+"""The ``gpt2np`` command (also ``python -m gpt2np``); see :func:`gpt2np.cli.app.main`."""
 
 from __future__ import annotations
 

@@ -293,7 +293,7 @@ def run_dump_sampler(args: argparse.Namespace) -> int:
     """Write the sampler golden file, print one summary line."""
     import numpy as np
 
-    from ..golden.reader import open_regular
+    from ..golden.reader import open_file
     from ..golden.sampler import Setting, dump_sampler
 
     setting = Setting(
@@ -303,7 +303,7 @@ def run_dump_sampler(args: argparse.Namespace) -> int:
     )  # fmt: skip
     logits = None
     if args.logits is not None:
-        with open_regular(args.logits) as f:
+        with open_file(args.logits) as f:
             logits = np.load(f, allow_pickle=False)
     m = dump_sampler(
         args.out, setting, logits, steps=args.steps, n_vocab=args.vocab, seed=args.seed

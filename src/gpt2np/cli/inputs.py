@@ -31,7 +31,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-from ..support.bounded_read import file_kind
+from ..support.bounded_read import file_kind, open_regular
 
 __all__ = [
     "MAX_ARG_BYTES",
@@ -136,8 +136,12 @@ def read_blocks(file: str, limit: int | None = None) -> Iterator[bytes]:
     if file == "-":
         yield from _stdin_blocks()
         return
-    fd = _open_regular(file, limit)
+    fd = open_regular(file, InputError, fifo_hint=" (pipe it in and give - instead)")
     try:
+        size = os.fstat(fd).st_size
+        if limit is not None and size > limit:
+            raise InputError(f"{file} holds {_mib(size)}, more than the {_mib(limit)} of text "
+                             "gpt2np reads at once")  # fmt: skip
         while True:
             block = os.read(fd, READ_BYTES)
             if not block:
@@ -145,34 +149,6 @@ def read_blocks(file: str, limit: int | None = None) -> Iterator[bytes]:
             yield block
     finally:
         os.close(fd)
-
-
-def _open_regular(file: str, limit: int | None) -> int:
-    """A descriptor of the regular file ``file``, opened without waiting for a FIFO's writer
-    and checked once open (not by name, which could be swapped in between)."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
-    try:
-        fd = os.open(file, flags | getattr(os, "O_BINARY", 0))
-    except FileNotFoundError:
-        raise InputError(f"{file}: no such file") from None
-    except OSError as e:  # a socket (ENXIO), no permission, a loop of symlinks, ...
-        try:
-            mode = os.stat(file).st_mode
-        except OSError:
-            mode = stat.S_IFREG
-        if not stat.S_ISREG(mode):
-            raise InputError(f"{file} is {file_kind(mode)}, not a regular file") from None
-        raise InputError(f"cannot read {file}: {e.strerror or e}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        hint = " (pipe it in and give - instead)" if stat.S_ISFIFO(st.st_mode) else ""
-        raise InputError(f"{file} is {file_kind(st.st_mode)}, not a regular file{hint}")
-    if limit is not None and st.st_size > limit:
-        os.close(fd)
-        raise InputError(f"{file} holds {_mib(st.st_size)}, more than the {_mib(limit)} of text "
-                         "gpt2np reads at once")  # fmt: skip
-    return fd
 
 
 def _stdin_blocks() -> Iterator[bytes]:

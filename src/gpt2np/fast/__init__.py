@@ -1,16 +1,15 @@
-"""The faster kernels, each beside its clear twin and tested equal to it, and the in-place KV
-cache: what :func:`gpt2np.model.forward` runs when a :class:`Kernels` other than ``CLEAR`` or
-a :class:`KVCache` is plugged into it.
+"""The faster kernels, each beside its clear twin and tested equal to it: what
+:func:`gpt2np.model.forward` runs when ``FAST`` rather than :data:`gpt2np.kernels.CLEAR` is
+plugged into it. (The in-place KV cache is no kernel: it is :mod:`gpt2np.runtime.kvcache`.)
 
-Modules: ``kernels`` (the :class:`Kernels` bundle: ``FAST`` and ``CLEAR``), ``attention``
-(tiled attention), ``layernorm`` (LayerNorm on rows), ``gelu`` (GELU in place), ``head`` (a small
-batch's head), ``threads`` (the worker threads they share long inputs among), ``kvcache``
-(generation's preallocated cache).
+Modules: ``kernels`` (``FAST``, a :class:`gpt2np.kernels.Kernels` bundle), ``attention`` (tiled
+attention), ``layernorm`` (LayerNorm on rows), ``gelu`` (GELU in place), ``head`` (the head's
+product in parts), ``linear`` (the affine maps' products in parts), ``threads`` (the worker
+threads they share long inputs among), ``blas`` (OpenBLAS held at one thread while they run).
 """
 
 from __future__ import annotations
 
 from .kernels import CLEAR, FAST, Kernels
-from .kvcache import KVCache
 
-__all__ = ["CLEAR", "FAST", "KVCache", "Kernels"]
+__all__ = ["CLEAR", "FAST", "Kernels"]

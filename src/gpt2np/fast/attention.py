@@ -1,8 +1,8 @@
 """Attention over long prompts: the products cut into tiles that one core runs well, the heads
 shared out among threads.
 
-:func:`attend_tiled` computes what :func:`gpt2np.layers.attend` computes for a causal mask,
-softmax(q·kᵀ · scale, masked) · v, and is tested equal to it (tests/test_fast_attention.py).
+:func:`attend_tiled` computes what :func:`gpt2np.attention.attend` computes for a causal mask,
+softmax(q·kᵀ · scale, masked) · v, and is tested equal to it (tests/fast/test_attention.py).
 
 Why tiles. A head's products q·kᵀ and p·v contract over only 64 numbers (d_head) or produce only
 64 columns, and OpenBLAS spreads each product over its threads once it exceeds TILE_MACS
@@ -34,8 +34,9 @@ from typing import Optional
 
 import numpy as np
 
-from ..layers import RECORD_NOTHING, Recorder, attend, masked_score
-from . import threads as parallel
+from ..attention import attend, masked_score
+from ..layers import RECORD_NOTHING, Recorder
+from . import threads
 from .blas import single_threaded
 
 __all__ = ["QUERIES", "TILE_MACS", "attend_tiled"]
@@ -64,7 +65,7 @@ def attend_tiled(
     scale: Optional[float] = None,
 ) -> np.ndarray:
     """softmax(q·kᵀ · scale, masked) · v for a causal ``mask`` (query i sees no key after
-    T_past + i, where T_past = S - T), like :func:`gpt2np.layers.attend`; ``scale`` is 1/√Dh
+    T_past + i, where T_past = S - T), like :func:`gpt2np.attention.attend`; ``scale`` is 1/√Dh
     when None.
 
     q [B, H, T, Dh], k and v [B, H, S, Dh], mask bool broadcastable to [B, H, T, S]
@@ -95,9 +96,9 @@ def attend_tiled(
         hb = hidden[b if hidden.shape[0] > 1 else ALL, h if hidden.shape[1] > 1 else ALL]
         _attend_heads(q[b, h], k[b, h], v[b, h], hb, out[b, h], blocks, first, kt)
 
-    n = parallel.threads() if B * H * T * S >= THREADED_SCORES else 1
+    n = threads.threads() if B * H * T * S >= THREADED_SCORES else 1
     with single_threaded():  # gpt2np's threads own the cores (gpt2np.fast.blas)
-        parallel.run(heads, _parts(B, H, n))
+        threads.run(heads, _parts(B, H, n))
     return out
 
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import linear as _linear
-from . import threads as parallel
+from . import threads
 from .blas import single_threaded
-from .linear import THREADED_MACS, _bounds
+from .linear import THREADED_MACS, bounds
 from .owner import few_rows
 
 __all__ = ["FEW_ROWS", "HEAD_BLOCK", "head_parts"]
@@ -52,11 +52,11 @@ def head_parts(h: np.ndarray, wte: np.ndarray) -> np.ndarray:
         few_rows(("head", N, D, V, dtype.char), whole, N * D * V >= THREADED_MACS)
         return np.ascontiguousarray(by_word.T).reshape(*h.shape[:-1], V)
     logits = np.empty((N, V), dtype=dtype)
-    n = parallel.threads() if N * D * V >= THREADED_MACS else 1
+    n = threads.threads() if N * D * V >= THREADED_MACS else 1
 
     def work(s: slice) -> None:  # h[s] · wteᵀ
         np.matmul(rows[s], wte.T, out=logits[s])
 
     with single_threaded():
-        parallel.run(work, _bounds(N, _linear.PARTS_PER_THREAD * n, 1))
+        threads.run(work, bounds(N, _linear.PARTS_PER_THREAD * n, 1))
     return logits.reshape(*h.shape[:-1], V)

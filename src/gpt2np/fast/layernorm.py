@@ -1,5 +1,5 @@
 """Row-wise kernels whose rows are shared out among threads: LayerNorm, and the helper that
-:func:`gpt2np.fast.kernels.gelu_rows` uses too.
+:func:`gpt2np.fast.gelu.gelu_rows` uses too.
 
 :func:`layernorm_rows` computes :func:`gpt2np.layers.layernorm` with the same operations in the
 same order (so the same numbers, bit for bit), but into one output array with no temporaries

@@ -24,11 +24,11 @@ import functools
 
 import numpy as np
 
-from . import threads as parallel
+from . import threads
 from .blas import single_threaded
 from .owner import few_rows
 
-__all__ = ["COLUMN_ALIGN", "FEW_ROWS", "THREADED_MACS", "linear_parts"]
+__all__ = ["COLUMN_ALIGN", "FEW_ROWS", "THREADED_MACS", "bounds", "linear_parts"]
 
 #: At most this many rows are one product on OpenBLAS's threads or one thread (owner.py); more
 #: are cut by rows of x among gpt2np's threads.
@@ -63,19 +63,19 @@ def linear_parts(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
         threaded = N * n_in * n_out >= THREADED_MACS
         few_rows(("linear", N, n_in, n_out, y.dtype.char), whole, threaded)
         return y.reshape(*x.shape[:-1], n_out)
-    n = parallel.threads() if N * n_in * n_out >= THREADED_MACS else 1
+    n = threads.threads() if N * n_in * n_out >= THREADED_MACS else 1
 
     def part(s: slice) -> None:  # x[s] · w -> y[s]
         np.matmul(rows[s], w, out=y[s])
         y[s] += b
 
     with single_threaded():
-        parallel.run(part, _bounds(N, PARTS_PER_THREAD * n, 1))
+        threads.run(part, bounds(N, PARTS_PER_THREAD * n, 1))
     return y.reshape(*x.shape[:-1], n_out)
 
 
 @functools.lru_cache(maxsize=256)
-def _bounds(size: int, parts: int, align: int) -> list[slice]:
+def bounds(size: int, parts: int, align: int) -> list[slice]:
     """``parts`` consecutive slices (fewer if ``size`` is small) that cover 0 … size-1, each
     starting on a multiple of ``align`` (remembered: a decode step asks the same ~10 again)."""
     if parts <= 1:

@@ -35,7 +35,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Callable
 
-from . import threads as parallel
+from . import threads
 from .blas import held_at
 
 __all__ = ["DRIFT", "MAX_WAIT", "OWNER", "PROBE_WAIT", "SLOWER", "Owner"]
@@ -109,4 +109,4 @@ OWNER = Owner()
 def few_rows(key: Hashable, product: Callable[[], object], threaded: bool = True) -> None:
     """``product()`` with OpenBLAS's count chosen by :data:`OWNER` for gpt2np's thread count
     (one thread when not ``threaded``: a product too small to share)."""
-    OWNER.run(key, product, parallel.threads() if threaded else 1)
+    OWNER.run(key, product, threads.threads() if threaded else 1)

@@ -31,7 +31,7 @@ The n best finished hypotheses are returned, best first. The same definitions as
 ``_beam_search`` (transformers 4.50 and later), with two differences in what can only happen on
 exact ties or degenerate inputs: candidates with equal scores are ordered by beam then token id
 (HF uses ``torch.topk``, whose order among equal values is unspecified and in practice not by
-index), and the scores are float64 (HF's are float32). tests/test_generate_vs_hf.py checks
+index), and the scores are float64 (HF's are float32). tests/generation/test_loop_vs_hf.py checks
 HF's ids and scores on committed fixtures and live, and the tie-breaking on a model with two
 interchangeable tokens.
 """
@@ -48,8 +48,8 @@ from .processors import Penalties
 from .sampling import log_softmax, top_k_indices
 
 if TYPE_CHECKING:
-    from ..fast.kvcache import KVCache
-    from ..gpt2 import GPT2
+    from ..runtime import Runtime
+    from ..runtime.kvcache import KVCache
 
 __all__ = ["Hypothesis", "beam_search"]
 
@@ -67,7 +67,7 @@ class Hypothesis:
 
 
 def beam_search(
-    model: GPT2,
+    model: Runtime,
     cache: KVCache,
     logits: np.ndarray,
     prompts: list[list[int]],

@@ -59,7 +59,7 @@ from .processors import call_batched, form_of
 from .sampling import check_logits, log_softmax, top_k_indices
 
 if TYPE_CHECKING:
-    from ..gpt2 import GPT2
+    from ..runtime import Runtime
 
 __all__ = ["CONTEXT_MODES", "check_args", "clock", "generate", "new_tokens", "row_generators"]
 
@@ -71,7 +71,7 @@ clock = time.monotonic
 HF_CRITERIA_BASES = ("StoppingCriteria",)
 
 
-def generate(prompt: Prompt, model: GPT2, **options: Any) -> Any:
+def generate(prompt: Prompt, model: Runtime, **options: Any) -> Any:
     """Continue ``prompt`` with up to ``max_new_tokens`` tokens.
 
     prompt: a ``str`` (returns the continuation ``str``; ``<|endoftext|>`` in it is encoded as
@@ -108,7 +108,7 @@ generate.__signature__ = signature(  # type: ignore[attr-defined]  # not in type
 generate.__doc__ = (generate.__doc__ or "") + describe()
 
 
-def new_tokens(model: GPT2, prompt: Prompt, **options: Any) -> int:
+def new_tokens(model: Runtime, prompt: Prompt, **options: Any) -> int:
     """How many tokens at most ``generate(prompt, model, **options)`` makes: max_new_tokens, or
     max_length less the longest prompt (an empty prompt counts its <|endoftext|>), from the
     call, else the model's generation_config.json, else 50."""
@@ -128,7 +128,7 @@ def row_generators(seed: Any, prompts: int, n: int) -> list[np.random.Generator]
     return [np.random.default_rng([seed, j]) for _ in range(prompts) for j in range(n)]
 
 
-def _prompt_ids(model: GPT2, is_text: bool, prompt: Any) -> list[int]:
+def _prompt_ids(model: Runtime, is_text: bool, prompt: Any) -> list[int]:
     """One prompt as the ids the caller gave (text encoded; <|endoftext|> in it is the token)."""
     if is_text and prompt == "":
         return []
@@ -142,7 +142,7 @@ def _prompt_ids(model: GPT2, is_text: bool, prompt: Any) -> list[int]:
 class _Run:
     """One call of :func:`generate`: the rows, their output states, and the decode loop."""
 
-    def __init__(self, model: GPT2, is_text: bool, prompts: list[Any], opts: Options) -> None:
+    def __init__(self, model: Runtime, is_text: bool, prompts: list[Any], opts: Options) -> None:
         self.model, self.opts, self.is_text, self.prompts = model, opts, is_text, prompts
         n_vocab, n = model.hparams.n_vocab, opts.n
         opts.penalties.check_vocab(n_vocab)

@@ -3,7 +3,7 @@
 :data:`OPTIONS` is the one definition (as HF transformers' ``GenerationConfig`` is theirs). The
 rest follows from it or is tested equal to it: the keyword arguments of
 :meth:`gpt2np.GPT2.generate` (written out, so that ``help()``, a notebook's tab completion and
-mypy see them; tests/test_generation.py checks names, defaults, order and types against this
+mypy see them; tests/generation/test_loop.py checks names, defaults, order and types against this
 table), the signatures of :func:`gpt2np.generation.loop.generate` and :func:`gpt2np.generate`
 (made from it), their help text, the ``gpt2np generate`` flags (``gpt2np.cli.generate`` adds
 one per option that has a :class:`Flag`, with this help and this check), and
@@ -293,9 +293,9 @@ HF_UNSUPPORTED: dict[str, str] = {
     "attention_mask": "pass the prompts as a list; gpt2np pads a ragged batch itself",
     "generation_config": "set model.generation_config (a dict), or pass the options",
     "streamer": "use stream=True, which yields the pieces",
-    "output_scores": "use logprobs=k: the results are gpt2np.Completions with log-probs",
-    "output_logits": "use logprobs=k: the results are gpt2np.Completions with log-probs",
-    "return_dict_in_generate": "use logprobs=k: the results are gpt2np.Completions",
+    "output_scores": "use logprobs=k: the results are gpt2np.Completion objects with log-probs",
+    "output_logits": "use logprobs=k: the results are gpt2np.Completion objects with log-probs",
+    "return_dict_in_generate": "use logprobs=k: the results are gpt2np.Completion objects",
     "renormalize_logits": "logprobs_mode='processed' reports the normalised distribution",
     "min_length": "use min_new_tokens, which counts only the new tokens",
     "stop_strings": "use stop=, which also cuts the string from the text (HF keeps it)",

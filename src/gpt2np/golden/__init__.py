@@ -1,6 +1,6 @@
 """Golden files: every traced intermediate of a forward pass in one file a port can diff against.
 
-:func:`dump` writes a trace (see :mod:`gpt2np.trace`) of a forward pass, or of one KV-cached
+:func:`dump` writes a trace (see :mod:`gpt2np.golden.trace`) of a forward pass, or of one KV-cached
 decode step after a prefix, as an uncompressed ``.npz``: one ``NAME.npy`` member per tensor, no
 pickle, every tensor's data 64-byte aligned from the start of the file, and a JSON manifest
 first. :class:`GoldenFile` reads one (or a port's ``.npz`` or directory of ``.npy`` files) a

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..gpt2 import GPT2
+    from ..runtime import Runtime
 
 __all__ = ["Batch", "batch_of"]
 
@@ -68,7 +68,7 @@ class Batch:
         return self.T_past + np.arange(self.T)[None, :] >= self.pad[:, None]
 
 
-def batch_of(model: GPT2, ids_or_text: Any, prefix: Any = None, targets: Any = None) -> Batch:
+def batch_of(model: Runtime, ids_or_text: Any, prefix: Any = None, targets: Any = None) -> Batch:
     """Normalise dump's inputs. ids_or_text: a str, a list of str, ids [T] or [B, T], or a list
     of rows of different lengths. prefix: None; an int (that many leading columns of the padded
     rows are the prefix); or a str, list of str or ids whose rows come before the step's rows
@@ -114,7 +114,7 @@ def batch_of(model: GPT2, ids_or_text: Any, prefix: Any = None, targets: Any = N
     return batch
 
 
-def _rows(model: GPT2, x: Any, what: str) -> tuple[list[list[int]], Optional[list[str]]]:
+def _rows(model: Runtime, x: Any, what: str) -> tuple[list[list[int]], Optional[list[str]]]:
     """Rows of token ids (checked against the vocabulary), and the texts they came from."""
     if isinstance(x, str) or (isinstance(x, (list, tuple)) and x and isinstance(x[0], str)):
         texts = [x] if isinstance(x, str) else list(x)

@@ -28,7 +28,7 @@ from ..model import head
 from .trace import Trace
 
 if TYPE_CHECKING:
-    from ..gpt2 import GPT2
+    from ..runtime import Runtime
 
 __all__ = ["logit_lens", "residual_names", "top_tokens"]
 
@@ -39,7 +39,7 @@ def residual_names(n_layer: int) -> dict[str, str]:
     return {"embed": "embed.sum", **{f"h{i}": f"h{i}.out" for i in range(n_layer)}}
 
 
-def logit_lens(model: GPT2, t: Trace, position: Optional[int] = -1) -> dict[str, np.ndarray]:
+def logit_lens(model: Runtime, t: Trace, position: Optional[int] = -1) -> dict[str, np.ndarray]:
     """ln_f and the tied head applied to the residual stream after the embedding and after
     each block: {"embed": logits, "h0": logits, …, "h{L-1}": logits}, in forward order.
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import stat
 import struct
 import zipfile
 import zlib
@@ -23,11 +22,12 @@ from typing import IO, Any, BinaryIO, Optional, TypeVar, Union
 import numpy as np
 
 from ..errors import CheckpointError
+from ..support.bounded_read import open_regular
 from .manifest import MANIFEST_KEY, MAX_MANIFEST_BYTES, parse_manifest
 from .npy import NpyHeader, read_header
 from .trace import Trace
 
-__all__ = ["GoldenFile", "MappingSource", "Source", "open_regular", "open_source"]
+__all__ = ["GoldenFile", "MappingSource", "Source", "open_file", "open_source"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: What the zipfile module and the decompressors raise for a damaged archive.
@@ -116,7 +116,7 @@ class GoldenFile(Source):
                 self._open_zip()
             files = [n for n in self._members if n != MANIFEST_KEY]
             if MANIFEST_KEY in self._members:
-                self.manifest = self._read_manifest()
+                self.manifest = self.read_manifest()
                 listed = [t["name"] for t in self.manifest["tensors"]]
                 lost = [n for n in listed if n not in self._members]
                 if lost:
@@ -137,7 +137,7 @@ class GoldenFile(Source):
             raise CheckpointError(f"{self.path}: directory holds no NAME.npy tensor files")
 
     def _open_zip(self) -> None:
-        f = open_regular(self.path)
+        f = open_file(self.path)
         try:
             head = f.read(6)
             if head.startswith(b"\x93NUMPY"):
@@ -174,7 +174,7 @@ class GoldenFile(Source):
         """A stream of member ``name`` (its .npy header first) and its length in bytes."""
         member = self._members[name]
         if isinstance(member, pathlib.Path):  # a directory's NAME.npy
-            f = open_regular(member)
+            f = open_file(member)
             return f, os.fstat(f.fileno()).st_size
         if self._zip is None:
             raise ValueError(f"{self.label} is closed")
@@ -218,7 +218,7 @@ class GoldenFile(Source):
     def _reading(self, name: str) -> _Reading:
         return _Reading(self.path, name)
 
-    def _read_manifest(self) -> dict[str, Any]:
+    def read_manifest(self) -> dict[str, Any]:
         h = self.header(MANIFEST_KEY)
         if h.dtype != np.uint8 or len(h.shape) != 1:
             raise CheckpointError(
@@ -279,22 +279,11 @@ def _read_exactly(stream: IO[bytes], n: int) -> bytes:
     return data
 
 
-def open_regular(path: PathLike) -> BinaryIO:
-    """Open ``path`` for reading if it is a regular file; a FIFO, device or socket (which would
-    hang, or never end) is a CheckpointError. The check is on the opened file itself."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-    try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such file") from None
-    except OSError as e:
-        raise CheckpointError(f"{path}: cannot open it: {e.strerror or e}") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device, socket or directory"
-        raise CheckpointError(f"{path}: not a regular file ({kind})")
-    return os.fdopen(fd, "rb")
+def open_file(path: PathLike) -> BinaryIO:
+    """``path`` open for reading if it is a regular file
+    (:func:`gpt2np.support.bounded_read.open_regular`); a FIFO, device or socket (which would
+    hang, or never end) is a CheckpointError."""
+    return os.fdopen(open_regular(path), "rb")
 
 
 class MappingSource(Source):

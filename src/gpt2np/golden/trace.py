@@ -51,7 +51,7 @@ from ..layers import Recorder
 from ..model import forward
 
 if TYPE_CHECKING:
-    from ..gpt2 import GPT2
+    from ..runtime import Runtime
 
 __all__ = [
     "Trace",
@@ -165,7 +165,9 @@ class Trace(Mapping[str, np.ndarray]):
         return f"Trace({len(self)} tensors, ids {list(self.ids.shape)}, T_past {self.T_past})"
 
 
-def trace(model: GPT2, ids: Any, past: Optional[np.ndarray] = None, names: Names = None) -> Trace:
+def trace(
+    model: Runtime, ids: Any, past: Optional[np.ndarray] = None, names: Names = None
+) -> Trace:
     """Run ``model``'s forward pass on ``ids`` and return every intermediate by name.
 
     ids: integers [B, T] or [T]; past: an earlier ``present`` [B, L, 2, H, T_past, Dh] or None
@@ -183,7 +185,7 @@ def trace(model: GPT2, ids: Any, past: Optional[np.ndarray] = None, names: Names
 
 
 def trace_each(
-    model: GPT2,
+    model: Runtime,
     ids: Any,
     emit: Callable[[str, np.ndarray], Any],
     past: Optional[np.ndarray] = None,

@@ -30,7 +30,7 @@ from .trace import Names, selected_names, tensor_axes, tensor_shapes, trace_each
 from .zipwrite import AlignedZip
 
 if TYPE_CHECKING:
-    from ..gpt2 import GPT2
+    from ..runtime import Runtime
 
 __all__ = ["dump", "write_tensors"]
 
@@ -41,7 +41,7 @@ _ROWS_PER_LOSS_STEP = 64  # logits rows whose log-softmax is taken at once (boun
 
 
 def dump(
-    model: GPT2,
+    model: Runtime,
     ids_or_text: Any,
     path: PathLike,
     dtype: Any = None,
@@ -106,7 +106,7 @@ def dump(
     return manifest
 
 
-def _model_name(model: GPT2) -> Optional[str]:
+def _model_name(model: Runtime) -> Optional[str]:
     """``repo@commit`` for a model that knows its Hub snapshot (``model.source``), else None."""
     source = getattr(model, "source", None)
     repo, commit = getattr(source, "repo", None), getattr(source, "commit", None)
@@ -123,7 +123,7 @@ def _float_dtype(dtype: Any) -> np.dtype:
     return dt
 
 
-def _layout(model: GPT2, batch: Batch, traced: list[str]) -> dict[str, Slot]:
+def _layout(model: Runtime, batch: Batch, traced: list[str]) -> dict[str, Slot]:
     """name -> (dtype, shape, axes) of every tensor, in the file's order."""
     h, f, i64 = model.hparams, model.dtype, np.dtype(np.int64)
     B, T, P = batch.B, batch.T, batch.T_past
@@ -170,7 +170,7 @@ class _Out:
         self.z.write(name + ".npy", at, full.data)
 
 
-def _run(model: GPT2, batch: Batch, out: _Out, traced: list[str]) -> None:
+def _run(model: Runtime, batch: Batch, out: _Out, traced: list[str]) -> None:
     """The forward pass(es), every tensor written as it comes."""
     ids = batch.layout()  # [B, T_past + T]
     out.tensor("ids", ids[:, batch.T_past :])
@@ -205,7 +205,9 @@ def _run(model: GPT2, batch: Batch, out: _Out, traced: list[str]) -> None:
         out.tensor("loss.mean", np.asarray(loss[real].mean()))
 
 
-def _past(model: GPT2, prefix: np.ndarray, out: _Out, row: Optional[int]) -> Optional[np.ndarray]:
+def _past(
+    model: Runtime, prefix: np.ndarray, out: _Out, row: Optional[int]
+) -> Optional[np.ndarray]:
     """The prefix's keys and values by the clear forward pass, written as ``past`` (all of it,
     or row ``row``: zeros for a row whose prefix is all padding). None without a prefix."""
     if "past" not in out.layout:

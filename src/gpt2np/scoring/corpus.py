@@ -31,7 +31,7 @@ from .records import line_digest as _digest
 from .resume import Output, fingerprint
 
 if TYPE_CHECKING:
-    from ..gpt2 import GPT2
+    from ..runtime import Runtime
     from .workers import WorkerPool
 
 __all__ = ["CorpusSummary", "score_corpus"]
@@ -81,7 +81,7 @@ class CorpusSummary:
 
 
 def score_corpus(
-    model: Union[GPT2, Loader],
+    model: Union[Runtime, Loader],
     corpus: PathLike,
     out: PathLike,
     *,
@@ -157,7 +157,7 @@ def _check_paths_and_jobs(corpus: PathLike, out: PathLike, jobs: object) -> None
 
 def _score_chunks(
     todo: Iterator[list[Document]],
-    model: GPT2,
+    model: Runtime,
     settings: Settings,
     workers: Optional[Callable[[], WorkerPool]],
     output: Output,

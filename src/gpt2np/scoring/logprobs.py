@@ -20,7 +20,8 @@ one length when they differ), each pass through a cache that holds one layer (no
 continued, so every layer can reuse one buffer); the head is applied only to the positions
 that predict scored tokens, a few hundred rows at a time, and their log-softmax is summed in
 float64 (its exp in float32). With ``fast=False`` each window is one call of the clear
-:func:`gpt2np.forward`, the twin the batched path is tested against (tests/test_scoring.py).
+:func:`gpt2np.forward`, the twin the batched path is tested against
+(tests/scoring/test_logprobs.py).
 """
 
 from __future__ import annotations
@@ -32,14 +33,14 @@ from typing import TYPE_CHECKING, Any, Optional, Union, overload
 import numpy as np
 import numpy.typing as npt
 
-from ..fast.kvcache import KVCache
 from ..fast.threads import share_rows
 from ..model import forward, head_weight
+from ..runtime.kvcache import KVCache
 from ..support.checks import check_int
 from ..support.progress import show_progress, tqdm
 
 if TYPE_CHECKING:
-    from ..gpt2 import GPT2
+    from ..runtime import Runtime
 
 __all__ = ["Score", "score", "windows"]
 
@@ -86,7 +87,7 @@ class Score:
 
 @overload
 def score(  # type: ignore[overload-overlap]  # a str is a Sequence[str] too, but one text
-    model: GPT2,
+    model: Runtime,
     text_or_ids: Union[str, Sequence[int]],
     stride: Optional[int] = None,
     max_len: Optional[int] = None,
@@ -95,7 +96,7 @@ def score(  # type: ignore[overload-overlap]  # a str is a Sequence[str] too, bu
 ) -> Score: ...
 @overload
 def score(
-    model: GPT2,
+    model: Runtime,
     text_or_ids: Union[Sequence[str], Sequence[Sequence[int]]],
     stride: Optional[int] = None,
     max_len: Optional[int] = None,
@@ -104,7 +105,7 @@ def score(
 ) -> list[Score]: ...
 @overload
 def score(
-    model: GPT2,
+    model: Runtime,
     text_or_ids: Scorable,  # a 2-D array is a batch, a 1-D one one row
     stride: Optional[int] = None,
     max_len: Optional[int] = None,
@@ -112,7 +113,7 @@ def score(
     batch_size: Optional[int] = None,
 ) -> Union[Score, list[Score]]: ...
 def score(
-    model: GPT2,
+    model: Runtime,
     text_or_ids: Scorable,
     stride: Optional[int] = None,
     max_len: Optional[int] = None,
@@ -163,7 +164,7 @@ def _result(ids: np.ndarray, logprobs: np.ndarray, context: np.ndarray) -> Score
 
 
 def _score_clear(
-    model: GPT2,
+    model: Runtime,
     rows: list[np.ndarray],
     jobs: list[tuple[int, int, int, int]],
     logprobs: list[np.ndarray],
@@ -179,7 +180,7 @@ def _score_clear(
 
 
 def _score_batched(
-    model: GPT2,
+    model: Runtime,
     rows: list[np.ndarray],
     jobs: list[tuple[int, int, int, int]],
     per_pass: int,
@@ -232,7 +233,7 @@ def windows(n: int, max_len: int, stride: int) -> Iterator[tuple[int, int, int]]
             return
 
 
-def _rows(model: GPT2, text_or_ids: object) -> tuple[list[np.ndarray], bool]:
+def _rows(model: Runtime, text_or_ids: object) -> tuple[list[np.ndarray], bool]:
     """-> (the token ids of each row, whether the input was a batch)."""
     if isinstance(text_or_ids, np.ndarray) and text_or_ids.ndim == 2:
         if len(text_or_ids) == 0:
@@ -255,7 +256,7 @@ def _rows(model: GPT2, text_or_ids: object) -> tuple[list[np.ndarray], bool]:
     return [_ids(model, text_or_ids, "")], False
 
 
-def _ids(model: GPT2, text_or_ids: object, where: str) -> np.ndarray:
+def _ids(model: Runtime, text_or_ids: object, where: str) -> np.ndarray:
     if isinstance(text_or_ids, str):
         ids = np.array(
             model.tokenizer.encode(text_or_ids, allowed_special={"<|endoftext|>"}), np.int64

@@ -44,7 +44,7 @@ from ..support.checks import check_int
 from .logprobs import BATCH_TOKENS, score
 
 if TYPE_CHECKING:
-    from ..gpt2 import GPT2
+    from ..runtime import Runtime
 
 __all__ = [
     "CHUNK_CHARS",
@@ -66,7 +66,7 @@ CHUNK_DOCS = 64
 CHUNK_CHARS = 1 << 14
 FORMATS = ("jsonl", "text")
 #: A zero-argument callable that returns the model (``functools.partial(gpt2np.load, path)``).
-Loader = Callable[[], "GPT2"]
+Loader = Callable[[], "Runtime"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,7 +202,7 @@ def chunks(documents: Iterable[Document]) -> Iterator[list[Document]]:
 
 
 def score_documents(
-    model: GPT2, docs: Sequence[Document], settings: Settings
+    model: Runtime, docs: Sequence[Document], settings: Settings
 ) -> list[dict[str, Any]]:
     """The records of ``docs``, in order: those with a text of at least 2 tokens scored by
     one call of :func:`gpt2np.scoring.score` (a batch), the others error records.
@@ -280,13 +280,13 @@ def dumps(record: dict[str, Any]) -> bytes:
 
 # -- one model per process ------------------------------------------------------------------
 
-_models: dict[bytes, GPT2] = {}
+_models: dict[bytes, Runtime] = {}
 _models_lock = threading.Lock()
 #: How many times this process has called a loader (the Dask tests check it is once per worker).
 loads = 0
 
 
-def model_for(loader: Loader) -> GPT2:
+def model_for(loader: Loader) -> Runtime:
     """``loader()``, called once per process for loaders that pickle alike: the model a Dask
     worker keeps between its tasks."""
     global loads

@@ -36,7 +36,7 @@ from ..support.paths import fsync_dir
 from .records import Settings, dumps
 
 if TYPE_CHECKING:
-    from ..gpt2 import GPT2
+    from ..runtime import Runtime
 
 __all__ = ["FINGERPRINT_SUFFIX", "SYNC_SECONDS", "Output", "fingerprint"]
 
@@ -48,7 +48,7 @@ FORMAT = "gpt2np score-corpus records, version 1"
 _TAIL = 1 << 16
 
 
-def model_identity(model: GPT2) -> dict[str, Any]:
+def model_identity(model: Runtime) -> dict[str, Any]:
     """The hyperparameters, the dtype and the SHA-256 of every weight (names, shapes and
     bytes, in forward order) of ``model``. Hashing 124M's 500 MB takes a fraction of a
     second; the pages it reads are the ones scoring reads next."""
@@ -63,7 +63,7 @@ def model_identity(model: GPT2) -> dict[str, Any]:
     }
 
 
-def fingerprint(model: GPT2, settings: Settings) -> dict[str, Any]:
+def fingerprint(model: Runtime, settings: Settings) -> dict[str, Any]:
     """What ``OUTPUT.fingerprint`` holds for records of ``model`` with ``settings``."""
     return {"format": FORMAT, "model": model_identity(model), "settings": settings.identity()}
 

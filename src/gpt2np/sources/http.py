@@ -2,7 +2,7 @@
 
 A :class:`RemoteFile` says what to fetch and what the result must be (its size, digests, a
 check of its contents); :func:`fetch` brings it to ``dest`` or raises
-:class:`~gpt2np.DownloadError`. OpenAI's release (:mod:`gpt2np.download`) is seven of these.
+:class:`~gpt2np.DownloadError`. OpenAI's release (:mod:`gpt2np.sources.openai`) is seven of these.
 
 How the bytes travel. They stream into the partial file ``.incoming/<name>`` beside ``dest``
 (under the file's own name, so a check that goes by the name works on it); beside it
@@ -429,7 +429,7 @@ class _Transfer:
         }
         self.remote.part.parent.mkdir(exist_ok=True)
         self.remote.part.write_bytes(b"")
-        _write_json(self.remote.origin_path, self.origin)
+        write_json(self.remote.origin_path, self.origin)
 
     def _receive(self, resp: requests.Response, start: int, total: Optional[int]) -> None:
         """Append the body to the partial file, cutting the response if it stalls or runs past
@@ -592,5 +592,5 @@ def _read_json(path: pathlib.Path) -> dict[str, Any]:
     return {"digests": {}, **value}
 
 
-def _write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
+def write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
     write_bytes(path, json.dumps(value, indent=1))

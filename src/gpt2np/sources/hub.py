@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Optional, Union
 from ..checkpoint.hf import shard_names
 from ..errors import CheckpointError, DownloadError
 from ..support.bounded_read import MAX_JSON_BYTES
+from ..support.lock import FileLock
 from ..support.paths import expand_user, home_dir
 from ..support.progress import show_progress
 from ..tokenizer.vocab import MAX_FILE_BYTES
@@ -68,16 +69,15 @@ from .hub_snapshots import (
     MANIFEST,
     OPTIONAL,
     RepoNotFound,
-    _check_for,
-    _locate,
-    _read_manifest,
-    _verified_hf_file,
-    _write_json,
-    _write_ref,
+    check_for,
     from_caches,
     is_ref_name,
+    locate,
+    read_manifest,
+    verified_hf_file,
+    write_json,
+    write_ref,
 )
-from .openai import _Lock
 from .session import same_origin
 
 __all__ = [
@@ -234,7 +234,7 @@ class _Fetcher:
     def _run(self) -> Snapshot:
         if COMMIT.fullmatch(self.revision):  # a commit never changes: no need to ask
             directory = self.ours / "snapshots" / self.revision
-            found = _locate(_read_manifest(directory), directory, self.theirs, self.revision)
+            found = locate(read_manifest(directory), directory, self.theirs, self.revision)
             if found is not None:
                 return Snapshot(self.repo, self.revision, self.revision, *found)
         config = self.head(CONFIG, self.revision, fallback=True)
@@ -252,25 +252,25 @@ class _Fetcher:
         pinned = config.location.replace(at_revision, f"/resolve/{commit}/", 1)
         config = dataclasses.replace(config, location=pinned)  # its bytes, too, from the commit
         directory = self.ours / "snapshots" / commit
-        manifest = _read_manifest(directory)
+        manifest = read_manifest(directory)
         if manifest:
-            found = _locate(manifest, directory, self.theirs, commit)
+            found = locate(manifest, directory, self.theirs, commit)
             if found is not None:
-                _write_ref(self.ours, self.revision, commit)
+                write_ref(self.ours, self.revision, commit)
                 return Snapshot(self.repo, self.revision, commit, *found)
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise DownloadError(f"could not create {directory}: {e}") from e
         try:
-            with _Lock(directory.with_name(f".{commit}.lock"), notify=self.shown):
+            with FileLock(directory.with_name(f".{commit}.lock"), notify=self.shown):
                 files, from_hf = self.download(commit, config, directory)
         except BaseException:  # keep what the next call resumes, and nothing else
             for d in (directory, directory.parent, self.ours):
                 with contextlib.suppress(OSError):
                     d.rmdir()  # if empty
             raise
-        _write_ref(self.ours, self.revision, commit)
+        write_ref(self.ours, self.revision, commit)
         return Snapshot(self.repo, self.revision, commit, files, tuple(from_hf))
 
     def download(
@@ -289,7 +289,7 @@ class _Fetcher:
             if name not in files:
                 files[name], hf = self.get(name, meta, commit, directory)
                 from_hf += [name] if hf else []
-        _write_json(directory / MANIFEST, {
+        write_json(directory / MANIFEST, {
             "version": 1, "repo": self.repo, "commit": commit,
             "files": {n: {"etag": m.etag, "size": m.size} for n, m in listing.items()},
         })  # fmt: skip
@@ -413,10 +413,10 @@ class _Fetcher:
         if dest.is_file() and dest.stat().st_size == (meta.size or dest.stat().st_size):
             return dest, False  # fetch installs only verified files
         theirs = self.theirs / "snapshots" / commit / name
-        if _verified_hf_file(theirs, meta.etag, self.ours):
+        if verified_hf_file(theirs, meta.etag, self.ours):
             return theirs, True
         same = same_origin(meta.location, self.endpoint)
-        digests, verify = _check_for(meta.etag)
+        digests, verify = check_for(meta.etag)
         remote = _fetch.RemoteFile(
             meta.location, dest, size=meta.size, digests=digests, verify=verify,
             headers=self.auth if same else {}, label=f"{self.repo}/{name}",

@@ -61,7 +61,7 @@ class RepoNotFound(DownloadError):
     cached."""
 
 
-def _check_for(etag: str) -> tuple[dict[str, str], Optional[_fetch.Check]]:
+def check_for(etag: str) -> tuple[dict[str, str], Optional[_fetch.Check]]:
     """(digests, verify) of a :class:`~gpt2np.sources.http.RemoteFile` whose ``etag`` is a SHA-256
     (an LFS file's) or a git blob id (a small file's)."""
     if len(etag) == 64:
@@ -78,7 +78,7 @@ def _git_blob_mismatch(path: pathlib.Path, etag: str) -> Optional[str]:
     return None if got == etag else f"its git blob id is {got}, expected {etag}"
 
 
-def _verified_hf_file(path: pathlib.Path, etag: Optional[str], ours: pathlib.Path) -> bool:
+def verified_hf_file(path: pathlib.Path, etag: Optional[str], ours: pathlib.Path) -> bool:
     """``path`` (in huggingface_hub's cache) holds the bytes its blob name (and ``etag``, when
     the hub said one) promise. Hashed once; the result is recorded by path and stamp (device,
     inode, size, mtime, ctime: a write in place changes ctime, which no call sets back), unless
@@ -98,7 +98,7 @@ def _verified_hf_file(path: pathlib.Path, etag: Optional[str], ours: pathlib.Pat
     key, value = str(real), [*stamp(stat), etag]
     if seen.get(key) == value:
         return True
-    digests, verify = _check_for(etag)
+    digests, verify = check_for(etag)
     remote = _fetch.RemoteFile("", real, digests=digests, verify=verify)
     if _fetch.check(remote, real) is not None:
         return False
@@ -106,7 +106,7 @@ def _verified_hf_file(path: pathlib.Path, etag: Optional[str], ours: pathlib.Pat
         return True  # verified now, and again next time
     try:
         ours.mkdir(parents=True, exist_ok=True)
-        _write_json(record, {**seen, key: value})
+        write_json(record, {**seen, key: value})
     except OSError:
         pass  # an unwritable cache: verify again next time
     return True
@@ -131,9 +131,9 @@ def from_caches(
         raise error(f"{reason}, and no snapshot of {repo} at {revision!r} is cached (looked in "
                     f"{where})")  # fmt: skip
     directory = ours / "snapshots" / commit
-    manifest = _read_manifest(directory)
+    manifest = read_manifest(directory)
     if manifest:
-        found = _locate(manifest, directory, theirs, commit)
+        found = locate(manifest, directory, theirs, commit)
         if found is None:
             missing = [n for n in manifest if not _present(n, directory, theirs, commit)]
             raise DownloadError(f"{reason}, and the cached snapshot {commit} of {repo} lacks "
@@ -166,7 +166,7 @@ def _hf_snapshot(
     snapshot = theirs / "snapshots" / commit
 
     def verified(names: list[str]) -> dict[str, pathlib.Path]:
-        return {n: snapshot / n for n in names if _verified_hf_file(snapshot / n, None, ours)}
+        return {n: snapshot / n for n in names if verified_hf_file(snapshot / n, None, ours)}
 
     files = verified([CONFIG, "model.safetensors", *OPTIONAL])
     missing = [CONFIG] if CONFIG not in files else []
@@ -190,7 +190,7 @@ def _present(name: str, directory: pathlib.Path, theirs: pathlib.Path, commit: s
     return (directory / name).is_file() or (theirs / "snapshots" / commit / name).is_file()
 
 
-def _locate(
+def locate(
     manifest: dict[str, Any], directory: pathlib.Path, theirs: pathlib.Path, commit: str
 ) -> Optional[Found]:
     """(files, hf names) for every file of the manifest, or None if one cannot be found (or
@@ -202,7 +202,7 @@ def _locate(
     for name, meta in manifest.items():
         if (directory / name).is_file():
             files[name] = directory / name
-        elif _verified_hf_file(theirs / "snapshots" / commit / name, meta.get("etag"),
+        elif verified_hf_file(theirs / "snapshots" / commit / name, meta.get("etag"),
                                directory.parent.parent):  # fmt: skip
             files[name], from_hf = theirs / "snapshots" / commit / name, [*from_hf, name]
         else:
@@ -210,13 +210,13 @@ def _locate(
     return files, tuple(from_hf)
 
 
-def _read_manifest(directory: pathlib.Path) -> dict[str, Any]:
+def read_manifest(directory: pathlib.Path) -> dict[str, Any]:
     manifest = _read_json(directory / MANIFEST)
     files = manifest.get("files") if manifest.get("version") == 1 else None
     return files if isinstance(files, dict) and CONFIG in files else {}
 
 
-def _write_ref(ours: pathlib.Path, revision: str, commit: str) -> None:
+def write_ref(ours: pathlib.Path, revision: str, commit: str) -> None:
     if revision == commit or not is_ref_name(revision) or not COMMIT.fullmatch(commit):
         return
     try:
@@ -235,5 +235,5 @@ def _read_json(path: pathlib.Path) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
+def write_json(path: pathlib.Path, value: dict[str, Any]) -> None:
     write_bytes(path, json.dumps(value, indent=1))

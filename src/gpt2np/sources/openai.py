@@ -33,7 +33,7 @@ directory replaces its bad files one by one, each atomically, and writes the man
 
 Two processes fetching the same model serialize on a lock beside it, ``models/.124M.lock``:
 ``fcntl.flock`` on POSIX (released by the OS if the process dies); elsewhere an ``O_EXCL`` lock
-file whose mtime the holder refreshes, taken over when older than ``STALE_LOCK_SECONDS``. The
+file whose mtime the holder refreshes (:class:`gpt2np.support.lock.FileLock`). The
 holder removes the lock file when it is done (a waiter that then holds the lock of a removed
 file tries again), so a finished or failed call leaves no lock behind.
 """
@@ -47,13 +47,12 @@ import os
 import pathlib
 import shutil
 import sys
-import threading
-import time
 from typing import Any, Optional, Union
 
 from .. import hparams as _hparams
 from ..errors import CheckpointError, DownloadError
 from ..support.atomic import write_bytes
+from ..support.lock import FileLock
 from ..support.paths import expand_user, fsync_dir, home_dir
 from ..support.progress import show_progress, tqdm
 from ..tokenizer.tokenizer import ENCODER_JSON_SHA256, VOCAB_BPE_SHA256
@@ -68,11 +67,6 @@ from .openai_checks import (
     check_index,
     index_extent,
 )
-
-try:
-    import fcntl
-except ImportError:  # Windows: fall back to an O_EXCL lock file
-    fcntl = None  # type: ignore[assignment]  # the module's name, None where there is none
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -123,8 +117,6 @@ MAX_BYTES = {
 MANIFEST = ".gpt2np-complete.json"
 MANIFEST_VERSION = 2  # manifests before 2 were written without verifying: checked again once
 LEGACY_LOCK = ".gpt2np-download.lock"  # where versions before 2 kept the lock: in the model dir
-STALE_LOCK_SECONDS = 120.0  # O_EXCL fallback only: the holder refreshes the mtime 4x as often
-LOCK_POLL_SECONDS = 0.5  # O_EXCL fallback only
 
 
 def resolve_name(name: str) -> str:
@@ -184,7 +176,7 @@ def download(
     if _is_complete(directory):
         return directory
     _make_parent(directory)
-    with _Lock(lock_path(directory), notify=shown):
+    with FileLock(lock_path(directory), notify=shown):
         if not _is_complete(directory):  # someone else may have finished while we waited
             _fetch_release(name, directory, base, shown)
     return directory
@@ -251,7 +243,7 @@ def _make_parent(directory: pathlib.Path) -> None:
 def _is_complete(directory: pathlib.Path) -> bool:
     """True if a current manifest exists and every file has the size it records. The manifest
     is written only once every file verified, so this needs no network and reads no data."""
-    sizes = _read_manifest(directory)
+    sizes = read_manifest(directory)
     try:
         return all(
             (directory / f).is_file() and (directory / f).stat().st_size == sizes.get(f)
@@ -261,7 +253,7 @@ def _is_complete(directory: pathlib.Path) -> bool:
         return False
 
 
-def _read_manifest(directory: pathlib.Path) -> dict[str, Any]:
+def read_manifest(directory: pathlib.Path) -> dict[str, Any]:
     """{file: size} from a current manifest, or {} (none, unreadable, or from before 2)."""
     try:
         manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
@@ -385,90 +377,3 @@ def _offline_help(error: str, name: str, directory: pathlib.Path, base: str) -> 
         f"({', '.join(sorted(MODEL_FILES))}) from another machine into {directory}{os.sep} "
         f"(they are served at {base}/{name}/<file>), then call again: they are verified offline."
     )
-
-
-class _Lock:
-    """Exclusive lock on ``path`` across processes (and threads: each one opens the file anew)."""
-
-    def __init__(
-        self, path: pathlib.Path, use_fcntl: Optional[bool] = None, notify: bool = False
-    ) -> None:
-        self.path, self.notify = path, notify
-        self.use_fcntl = fcntl is not None if use_fcntl is None else use_fcntl
-        self._fd: Optional[int] = None
-        self._stop = threading.Event()
-
-    def __enter__(self) -> _Lock:
-        try:
-            if self.use_fcntl:
-                self._fd = self._acquire_flock()
-            else:
-                self._acquire_excl()
-        except OSError as e:  # a read-only models dir, say
-            raise DownloadError(f"could not take the download lock {self.path}: {e}") from e
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is not None:  # fcntl's lock: remove the file while holding it, then release
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-            os.close(self._fd)
-            self._fd = None
-        else:
-            self._stop.set()
-            self.path.unlink(missing_ok=True)
-
-    def _acquire_flock(self) -> int:
-        """An open file of ``path`` holding its flock. The holder before us removes the file
-        when done: a lock on a file no longer at ``path`` is worth nothing, so try again."""
-        told = False
-        while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    if not told:
-                        self._waiting()
-                        told = True
-                    fcntl.flock(fd, fcntl.LOCK_EX)
-                held, now = os.fstat(fd), os.stat(self.path)
-                if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
-                    return fd
-            except FileNotFoundError:
-                pass
-            except BaseException:
-                os.close(fd)
-                raise
-            os.close(fd)
-
-    def _waiting(self) -> None:
-        if self.notify:
-            print(f"waiting for another download ({self.path}) ...", file=sys.stderr)
-
-    def _acquire_excl(self) -> None:
-        told = False
-        while True:
-            try:
-                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-                break
-            except FileExistsError:
-                try:
-                    age = time.time() - self.path.stat().st_mtime
-                except FileNotFoundError:
-                    continue
-                if age > STALE_LOCK_SECONDS:  # holder died without cleaning up
-                    self.path.unlink(missing_ok=True)
-                    continue
-                if not told:
-                    self._waiting()
-                    told = True
-                time.sleep(LOCK_POLL_SECONDS)
-        threading.Thread(target=self._heartbeat, daemon=True).start()
-
-    def _heartbeat(self) -> None:
-        while not self._stop.wait(STALE_LOCK_SECONDS / 4):
-            try:
-                os.utime(self.path)
-            except OSError:
-                return

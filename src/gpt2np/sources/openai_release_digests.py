@@ -14,7 +14,7 @@ Where the pins come from (no file here was downloaded to make them):
 * 124M's ``hparams.json`` and ``checkpoint``: the digests published beside the others, which
   are also the SHA-256 of the files' known text (the published hparams as JSON indented by 2
   with a final newline; the two CheckpointState lines naming ``model.ckpt``):
-  tests/test_openai_release_digests.py recomputes both;
+  tests/sources/test_openai_release_digests.py recomputes both;
 * 124M's ``model.ckpt.data-00000-of-00001``: published by two independent sources, the
   ``CHECKSUMS`` table of a GPT-2 download script in MontrealAI/AGI-Alpha-Agent-v0 (its pull
   request 2925, "verify GPT-2 downloads using SHA-256 checksums"), and the description of the
@@ -31,10 +31,11 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
-import stat
 from typing import Optional, Union
 
+from ..errors import CheckpointError
 from ..hparams import HPARAMS, HParams
+from ..support.bounded_read import open_regular
 from ..tokenizer.tokenizer import ENCODER_JSON_SHA256, VOCAB_BPE_SHA256
 
 __all__ = ["RELEASE_SHA256", "describe_checkpoint", "published_release"]
@@ -95,15 +96,12 @@ def describe_checkpoint(directory: PathLike, name: str) -> str:
 
 def _sha256(path: pathlib.Path) -> Optional[str]:
     """The SHA-256 of the regular file at ``path``, or None if there is none (a FIFO is not
-    opened for reading: O_NONBLOCK, then fstat)."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    opened for reading: :func:`gpt2np.support.bounded_read.open_regular`)."""
     try:
-        fd = os.open(path, flags)
-    except OSError:
+        fd = open_regular(path)
+    except CheckpointError:
         return None
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         digest = hashlib.sha256()
         for block in iter(lambda: f.read(_BLOCK), b""):
             digest.update(block)

@@ -2,8 +2,10 @@
 
 A name in a model directory may be a symlink to ``/dev/zero`` (an endless file), a FIFO (a read
 that never returns), a socket or a directory, and a JSON file may be 10**6 brackets deep (the
-parser recurses once per level). :func:`read_small_file` opens without blocking, refuses
-anything but a regular file, and reads at most ``max_bytes``; :func:`read_json_file` also caps
+parser recurses once per level). :func:`open_regular` opens without blocking and refuses
+anything but a regular file (the one opener of the files gpt2np reads: golden files and the
+command line's FILE arguments use it too); :func:`read_small_file` reads at most ``max_bytes``
+of one; :func:`read_json_file` also caps
 the nesting depth before parsing. Both raise :class:`~gpt2np.CheckpointError` naming the file,
 so callers in any layer can reuse them for the files they read.
 """
@@ -14,7 +16,7 @@ import json
 import os
 import re
 import stat
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -25,6 +27,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "file_kind",
     "json_depth",
+    "open_regular",
     "read_json_file",
     "read_small_file",
 ]
@@ -34,12 +37,19 @@ MAX_JSON_DEPTH = 32  # the deepest file gpt2np reads is four levels deep
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 
 
-def read_small_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
-    """The bytes of the regular file at ``path``, which must hold at most ``max_bytes``.
+def open_regular(
+    path: str | os.PathLike[str],
+    error: Callable[[str], Exception] = CheckpointError,
+    *,
+    missing: str = "{}: no such file",
+    fifo_hint: str = "",
+) -> int:
+    """A descriptor of the regular file at ``path``, open for reading.
 
     Opened with O_NONBLOCK, so a FIFO does not wait for a writer; then fstat on the open file
-    (not the name, which could be swapped in between) must say "regular file". Missing files,
-    other file types, a size over the cap and I/O errors are a CheckpointError naming the file.
+    (not the name, which could be swapped in between) must say "regular file". A missing file
+    (``missing``, formatted with the name), another kind of file (``fifo_hint`` added for a
+    FIFO) and an OS error are ``error(message)`` naming the file.
     """
     name = os.fspath(path)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
@@ -47,19 +57,32 @@ def read_small_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     try:
         fd = os.open(name, flags)
     except FileNotFoundError:
-        raise CheckpointError(f"missing {name}") from None
+        raise error(missing.format(name)) from None
     except OSError as e:  # a socket (ENXIO), no permission, a loop of symlinks, ...
         try:
             mode = os.stat(name).st_mode
         except OSError:
             mode = stat.S_IFREG
         if not stat.S_ISREG(mode):  # say what it is, not the errno opening it gave
-            raise CheckpointError(f"{name} is {file_kind(mode)}, not a regular file") from None
-        raise CheckpointError(f"cannot read {name}: {e.strerror or e}") from None
+            raise error(f"{name} is {file_kind(mode)}, not a regular file") from None
+        raise error(f"cannot read {name}: {e.strerror or e}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        hint = fifo_hint if stat.S_ISFIFO(mode) else ""
+        raise error(f"{name} is {file_kind(mode)}, not a regular file{hint}")
+    return fd
+
+
+def read_small_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """The bytes of the regular file at ``path`` (:func:`open_regular`), which must hold at
+    most ``max_bytes``. Missing files, other file types, a size over the cap and I/O errors are
+    a CheckpointError naming the file.
+    """
+    name = os.fspath(path)
+    fd = open_regular(name, missing="missing {}")
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CheckpointError(f"{name} is {file_kind(st.st_mode)}, not a regular file")
         if st.st_size > max_bytes:
             raise CheckpointError(f"{name} has {st.st_size} bytes, more than the {max_bytes} "
                                   "such a file may have")  # fmt: skip

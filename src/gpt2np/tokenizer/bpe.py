@@ -50,7 +50,7 @@ Pair = tuple[str, str]
 # OpenAI's pre-tokenisation pattern (src/encoder.py), which reads
 #     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 # here with the shared prefixes factored out (the apostrophe, as tiktoken writes it, and the
-# optional space): the same pieces (tests/test_bpe.py checks), found ~15% faster. It is
+# optional space): the same pieces (tests/tokenizer/test_bpe.py checks), found ~15% faster. It is
 # case-sensitive: "'S" is not a contraction but "'" (punctuation) followed by "S" (a word).
 # \s+(?!\S) leaves the last space of a run to join the next word: "a  b" is "a", " ", " b".
 PATTERN = regex.compile(
@@ -58,8 +58,8 @@ PATTERN = regex.compile(
 )
 
 # The same pattern for ASCII text, where \p{L} is A-Z a-z, \p{N} is 0-9 and \s is these six
-# characters (tests/test_bpe.py checks all 128 against the regex module): the standard library's
-# re runs it about twice as fast as regex runs PATTERN.
+# characters (tests/tokenizer/test_bpe.py checks all 128 against the regex module): the standard
+# library's re runs it about twice as fast as regex runs PATTERN.
 _ASCII_SPACE = " \t\n\x0b\x0c\r"
 _ASCII_PATTERN = re.compile(
     rf"""'(?:[sdmt]|ll|ve|re)| ?(?:[A-Za-z]+|[0-9]+|[^{_ASCII_SPACE}A-Za-z0-9]+)"""

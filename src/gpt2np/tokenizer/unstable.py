@@ -7,7 +7,7 @@ two: the *stable* ids, of the text before its last piece, and the *unstable byte
 A *completion* is a sequence of ids that the stable ids may be followed by once more text
 arrives: one that spells the unstable bytes and what may follow them, cut once it covers them.
 This restates tiktoken's ``CoreBPE::_encode_unstable_native`` (src/lib.rs), rule for rule, so
-that the answer is tiktoken's (tests/test_tokenizer_tiktoken.py checks it live):
+that the answer is tiktoken's (tests/tokenizer/test_tokenizer_tiktoken.py checks it live):
 
 1. The unstable bytes are the last piece's tokens; when the first of them is all blanks
    (space, newline, tab), the blank tokens before it join them, since a run of whitespace may be
@@ -25,21 +25,36 @@ Special tokens: the text up to and including an allowed special token is always 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Sequence
+from typing import Protocol
 
 import regex
 
-if TYPE_CHECKING:
-    from .tokenizer import Tokenizer
+__all__ = ["Tokens", "completions_of", "last_character"]
 
-__all__ = ["completions_of", "last_character"]
+
+class Tokens(Protocol):
+    """What this module needs of a tokenizer (:class:`gpt2np.tokenizer.Tokenizer` has it): the
+    bytes of each id and back, the tokens starting with some bytes, and BPE on bytes or text.
+    Typed here so that this module does not import the tokenizer, which imports it."""
+
+    @property
+    def eot_token(self) -> int: ...
+    @property
+    def _token_bytes(self) -> Sequence[bytes]: ...
+    @property
+    def _ids_of_bytes(self) -> dict[bytes, int]: ...
+    def _tokens_starting_with(self, prefix: bytes) -> Iterator[bytes]: ...
+    def _bpe_bytes(self, data: bytes) -> list[int]: ...
+    def _encode_ordinary(self, text: str) -> list[int]: ...
+
 
 _BLANKS = frozenset(b" \n\t")
 _WHITE_SPACE = regex.compile(r"\p{White_Space}")
 
 
 def completions_of(
-    tok: Tokenizer, ids: list[int], last_piece: int
+    tok: Tokens, ids: list[int], last_piece: int
 ) -> tuple[list[int], list[list[int]]]:
     """(stable ids, sorted completions) of a text whose ids are ``ids``, of which the last
     ``last_piece`` came from its last piece (0: the text ends with a special token, or is
@@ -69,7 +84,7 @@ def completions_of(
     return stable, sorted(map(list, completions))
 
 
-def _covering(tok: Tokenizer, data: bytes, length: int) -> tuple[int, ...]:
+def _covering(tok: Tokens, data: bytes, length: int) -> tuple[int, ...]:
     """The ids of ``data`` up to the first that reaches byte ``length``."""
     try:
         ids = tok._encode_ordinary(data.decode("utf-8"))

@@ -3,7 +3,7 @@
 An element passes when ``|port - golden| <= atol + rtol * |golden|`` (NumPy's ``isclose``
 convention, the golden file as the reference). Each preset is the tightest pair that a correct
 port of that precision passes with a margin, measured against a float64 golden file by
-``scripts/measure_tolerances.py`` with an independent port (tests/toyport.py) on 124M-shaped
+``scripts/measure_tolerances.py`` with an independent port (tests/helpers/toyport.py) on 124M-shaped
 random weights; docs/golden-files.md has the table of which injected bug each preset catches
 and where it reports it.
 """

@@ -5,8 +5,8 @@ which the caller concatenates: clear, and what OpenAI's graph does, but a decode
 copies the whole cache. Here the cache is one buffer ``[L, B, 2, H, max_len, Dh]``; a forward
 pass writes its new tokens' keys and values into it at ``length …`` and attends over the views
 ``[..., :length + T, :]``. The maths is :func:`gpt2np.model.forward`'s, step for step, and
-tested equal to it (tests/test_kvcache.py); the heavy kernels are chosen by a
-:class:`gpt2np.fast.kernels.Kernels` (FAST by default, CLEAR for the clear functions).
+tested equal to it (tests/runtime/test_kvcache.py); the heavy kernels are chosen by a
+:class:`gpt2np.kernels.Kernels` (FAST by default, CLEAR for the clear functions).
 
 Two more things live only here, because only generation needs them: a ragged batch left-padded
 to one length (``pad``: those keys are masked out and each row's positions start at 0 after its
@@ -43,7 +43,8 @@ class KVCache:
     layers of 1558M would be 630 MB per window of 1024 tokens); :meth:`present` and
     :meth:`reorder` refuse such a cache.
 
-    Arguments are not checked here; :meth:`gpt2np.GPT2.new_cache` checks them and makes one.
+    Arguments are not checked here; :meth:`gpt2np.runtime.Runtime.new_cache` checks them and
+    makes one.
     """
 
     def __init__(

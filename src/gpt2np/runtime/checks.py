@@ -1,7 +1,7 @@
-"""The argument checks of :class:`gpt2np.GPT2`, kept out of the maths modules.
+"""The argument checks of :class:`gpt2np.runtime.Runtime`, kept out of the maths modules.
 
-The forward pass (:mod:`gpt2np.model`, :mod:`gpt2np.fast.kvcache`) trusts its arguments, so that it
-reads like the equations. Everything a user hands the facade passes through here first and
+The forward pass (:mod:`gpt2np.model`, :mod:`gpt2np.runtime.kvcache`) trusts its arguments, so
+that it reads like the equations. Everything a user hands the facade passes through here first and
 comes out as the arrays the maths expects, or as a ValueError / TypeError saying what is wrong.
 """
 
@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .fast.kvcache import KVCache
-from .hparams import HParams
-from .model import past_shape
-from .support.checks import check_int
+from ..hparams import HParams
+from ..model import past_shape
+from ..support.checks import check_int
+from .kvcache import KVCache
 
 __all__ = [
     "check_cache",

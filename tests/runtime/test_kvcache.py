@@ -2,7 +2,7 @@
 cache behaves.
 
 gpt2np.forward with an array as ``past`` concatenates it and returns the new keys and values;
-with a KVCache (gpt2np.fast.kvcache) as ``past`` it writes them into one preallocated buffer.
+with a KVCache (gpt2np.runtime.kvcache) as ``past`` it writes them into one preallocated buffer.
 Every test here compares the two, or the cache's bookkeeping against what a row alone would give.
 """
 
@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 import gpt2np
 from gpt2np.fast.kernels import CLEAR, FAST
-from gpt2np.fast.kvcache import KVCache
 from gpt2np.model import forward
+from gpt2np.runtime.kvcache import KVCache
 
 #: float32, logits of order 1: chunking a pass changes the products' shapes and so their
 #: rounding (about 1e-6 here), even with the clear kernels.
