@@ -20,6 +20,9 @@ from tests.checkpoint.test_loader import assert_matches_openai, npz
 from tests.helpers.httpfixture import Bucket, closed_port_url, serve
 
 SMALL = pathlib.Path(__file__).parent / "fixtures" / "tf" / "small"
+# The served "124M" is random weights, which load rightly warns are not OpenAI's published ones
+# (tests/sources/test_openai_release_digests.py tests that warning).
+pytestmark = pytest.mark.filterwarnings("ignore:.*not OpenAI's published 124M weights")
 BPE_DIR = pathlib.Path(gpt2np.__file__).parent / "data"
 DATA = "model.ckpt.data-00000-of-00001"
 

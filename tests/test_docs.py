@@ -84,3 +84,28 @@ def test_every_dotted_name_in_the_sources_exists(path: pathlib.Path) -> None:
     """Each ``gpt2np.…`` name in src/ (docstrings, comments, messages) is a module or an
     attribute of one, of the kind its Sphinx role says."""
     assert stale_names(path.read_text(encoding="utf-8")) == []
+
+
+# -- the docs site (mkdocs.yml; built strictly and offline by CI's docs tier) -------------------
+
+
+def test_the_site_has_every_docs_page_and_its_reference_names_exist() -> None:
+    """Every page of docs/ is in mkdocs.yml's navigation (a page left out would be built but
+    found by no one), and each name the API reference renders (``::: gpt2np.x``) exists."""
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = set(re.findall(r"^\s+- [^:\n]+: (\S+\.md)$", config, flags=re.M))
+    pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    assert pages == nav, (pages - nav, nav - pages)
+    names = re.findall(r"^::: (\S+)$", "".join(
+        p.read_text(encoding="utf-8") for p in (ROOT / "docs" / "reference").glob("*.md")
+    ), flags=re.M)  # fmt: skip
+    assert names and [n for n in names if not resolves(n)] == []
+
+
+def test_the_forward_pass_equations_are_typeset() -> None:
+    """Each equation of forward-pass.md's walk (§2 to §7) has a typeset twin for the site."""
+    text = (ROOT / "docs" / "forward-pass.md").read_text(encoding="utf-8")
+    typeset = re.findall(r"^\$\$\n(.+?)\n\$\$$", text, flags=re.M | re.S)
+    for symbol in (r"W_{pe}", r"\sqrt{\sigma^2 + \epsilon}", r"\sqrt{D_h}", r"-10^{10}",
+                   r"\max_k", r"0.044715", r"W_{te}^{\top}"):  # fmt: skip
+        assert any(symbol in t for t in typeset), symbol

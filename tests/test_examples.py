@@ -8,8 +8,10 @@ and both paths are run.
 
 from __future__ import annotations
 
+import io
 import json
 import pathlib
+import re
 import shutil
 import sys
 from typing import Any
@@ -156,3 +158,35 @@ def test_the_examples_extra_brings_the_widgets() -> None:
     text = (EXAMPLES.parent / "pyproject.toml").read_text(encoding="utf-8")
     (line,) = [ln for ln in text.splitlines() if ln.startswith("examples = [")]
     assert '"ipywidgets' in line, line
+
+
+# What tqdm leaves in a saved notebook: its bar ("75%|███▌ | 6/8 [00:01<00:00, 5.1it/s]", or a
+# widget's text form "generating: 75% 6/8") or the widget itself.
+TQDM_TEXT = re.compile(
+    r"\d+%\||\d+% +\d+/\d+|\d+/\d+ \[\d+:\d+|[\d.]+(?:it|s)/(?:s|it)\b"
+    r"|jupyter\.widget-(?:view|state)"
+)
+
+
+def progress_bar_text(notebook_text: str) -> list[str]:
+    return TQDM_TEXT.findall(notebook_text)
+
+
+@pytest.mark.parametrize("notebook", [WALKTHROUGH, PORT_COMPARISON], ids=lambda p: p.stem)
+def test_the_saved_notebooks_hold_no_progress_bar_text(notebook) -> None:
+    assert progress_bar_text(notebook.read_text(encoding="utf-8")) == []
+
+
+def test_a_saved_progress_bar_is_found(tmp_path) -> None:
+    """The check above finds what a run leaves: tqdm's own text in a cell's output, and the
+    text form of its widget."""
+    from tqdm import tqdm
+
+    out = io.StringIO()
+    for _ in tqdm(range(8), desc="generating", file=out, mininterval=0):
+        pass
+    nb = json.loads(WALKTHROUGH.read_text(encoding="utf-8"))
+    code = next(c for c in nb["cells"] if c["cell_type"] == "code")
+    code["outputs"] = [{"output_type": "stream", "name": "stderr", "text": [out.getvalue()]}]
+    assert progress_bar_text(json.dumps(nb, indent=1))
+    assert progress_bar_text('"text/plain": ["generating: 75% 6/8"]')

@@ -15,23 +15,29 @@ import functools
 import inspect
 import os
 import pathlib
+import sys
 import threading
-from typing import Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
 from .checkpoint import load_dir, load_files, save_dir
-from .errors import CheckpointError
+from .checkpoint.conversion_cache import default_cache_dir
+from .errors import CheckpointError, warn
 from .generation import options as options_module
 from .gpt2 import GPT2
 from .hparams import HPARAMS
 from .params import map_params
 from .sources import hub
 from .sources.hub import RepoNotFound, is_repo_id
-from .sources.openai import KNOWN_NAMES, check_complete, download, missing_files
+from .sources.openai import KNOWN_NAMES, check_complete, download, missing_files, resolve_name
+from .sources.openai_release_digests import provenance
 from .support.paths import expand_user
 from .support.progress import show_progress
 from .tokenizer.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from .generation.results import Generate
 
 __all__ = ["generate", "load", "save"]
 
@@ -97,17 +103,43 @@ def load(
             _raise_if_incomplete_release(path, e)
             raise
     if isinstance(name_or_path, str) and text in KNOWN_NAMES:
-        directory = download(text, models_dir=models_dir, progress=progress)
-        try:
-            return read(directory)
-        except CheckpointError as e:  # e.g. a CRC32C mismatch in a file whose size was right
-            raise CheckpointError(
-                f"{e}\nThese files were downloaded into {directory}; delete that directory "
-                f"and call gpt2np.load({text!r}) again to fetch them afresh."
-            ) from e
+        cache = None if not use_cache else default_cache_dir() if cache_dir is None else cache_dir
+        return _load_published(text, models_dir, progress, read, cache)
     if isinstance(name_or_path, str) and "/" in text and is_repo_id(text):
         return _load_repo_id(text, path, revision, token, progress, dtype, fast, mmap)
     raise _not_found(name_or_path, path)
+
+
+def _load_published(text: str, models_dir: Any, progress: bool, read: Any, cache: Any) -> GPT2:
+    """A published size, downloaded into ``models_dir`` if need be; what its files are is
+    said (:func:`_say_provenance`, the verdict cached in ``cache``)."""
+    directory = download(text, models_dir=models_dir, progress=progress)
+    try:
+        model: GPT2 = read(directory)
+    except CheckpointError as e:  # e.g. a CRC32C mismatch in a file whose size was right
+        raise CheckpointError(
+            f"{e}\nThese files were downloaded into {directory}; delete that directory "
+            f"and call gpt2np.load({text!r}) again to fetch them afresh."
+        ) from e
+    _say_provenance(directory, resolve_name(text), cache, progress)
+    return model
+
+
+#: (directory, verdict) pairs already warned of in this process.
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _say_provenance(directory: pathlib.Path, name: str, cache_dir: Any, progress: bool) -> None:
+    """Whether ``models/SIZE`` holds OpenAI's published files (checked against the SHA-256
+    pins, the verdict cached): files that differ are warned of once per process; otherwise the
+    load that hashed the files says what they are, with the progress bars' notices."""
+    found = provenance(directory, name, cache_dir)
+    if found.published is False:
+        if (str(directory), found.text) not in _WARNED:
+            _WARNED.add((str(directory), found.text))
+            warn(f"{directory} holds {found.text}: generated text will not be GPT-2's")
+    elif found.fresh and progress:
+        print(f"{directory}: {found.text}", file=sys.stderr)
 
 
 def _not_found(name_or_path: PathLike, path: pathlib.Path) -> Exception:
@@ -244,23 +276,41 @@ _models: dict[tuple[str, Optional[str]], GPT2] = {}
 _models_lock = threading.Lock()
 
 
-def generate(
-    prompt: Any = None,
-    max_new_tokens: Optional[int] = None,
-    *,
-    model: Union[PathLike, GPT2] = "124M",
-    dtype: Any = None,
-    **options: Any,
-) -> Any:
-    """:meth:`gpt2np.GPT2.generate` with the model given as a :class:`GPT2`, or as a name
-    ("124M") or directory for :func:`load`, loaded once per process and ``dtype`` and reused.
-    The same positional arguments as ``model.generate`` (prompt, max_new_tokens) and the same
-    keyword arguments (:data:`gpt2np.generation.options.OPTIONS`, listed below); ``progress``
-    (:mod:`gpt2np.support.progress`) goes to the loading and the generation.
+if TYPE_CHECKING:  # the result's type from the arguments: str, list, Completion, Iterator
+    generate: Generate  # (gpt2np.generation.results; model= and dtype= go with the options)
+else:
 
-    The arguments are checked before a named model is loaded (and perhaps downloaded); the
-    model's generation_config.json then gives the defaults the call left out.
-    """
+    def generate(
+        prompt: Any = None,
+        max_new_tokens: Optional[int] = None,
+        *,
+        model: Union[PathLike, GPT2] = "124M",
+        dtype: Any = None,
+        **options: Any,
+    ) -> Any:
+        """:meth:`gpt2np.GPT2.generate` with the model given as a :class:`GPT2`, or as a name
+        ("124M") or directory for :func:`load`, loaded once per process and ``dtype`` and
+        reused. The same positional arguments as ``model.generate`` (prompt, max_new_tokens)
+        and the same keyword arguments (:data:`gpt2np.generation.options.OPTIONS`, listed
+        below); ``progress`` (:mod:`gpt2np.support.progress`) goes to the loading and the
+        generation.
+
+        The arguments are checked before a named model is loaded (and perhaps downloaded); the
+        model's generation_config.json then gives the defaults the call left out.
+        """
+        return _generate(prompt, max_new_tokens, model, dtype, options)
+
+
+generate.__signature__ = options_module.signature(  # type: ignore[attr-defined]  # not in typeshed's FunctionType
+    list(inspect.signature(generate).parameters.values())[:-1]  # without **options
+)
+generate.__doc__ = (generate.__doc__ or "") + options_module.describe(" " * 8)
+
+
+def _generate(
+    prompt: Any, max_new_tokens: Any, model: Any, dtype: Any, options: dict[str, Any]
+) -> Any:
+    """gpt2np.generate's work: check the call, then load the model (once) and generate."""
     if isinstance(max_new_tokens, (str, os.PathLike, GPT2)):
         raise TypeError(
             "the second argument of gpt2np.generate is max_new_tokens, as in model.generate; "
@@ -271,12 +321,6 @@ def generate(
     options_module.check_args(prompt, **options)  # the call's own values, before any load
     resolved = _resolve_model(model, dtype, progress)
     return resolved.generate(prompt, progress=progress, **options)
-
-
-generate.__signature__ = options_module.signature(  # type: ignore[attr-defined]  # not in typeshed's FunctionType
-    list(inspect.signature(generate).parameters.values())[:-1]  # without **options
-)
-generate.__doc__ = (generate.__doc__ or "") + options_module.describe()
 
 
 def _resolve_model(model: Any, dtype: Any, progress: Optional[bool] = None) -> GPT2:

@@ -8,7 +8,7 @@ functions of their own modules; the methods here are shortcuts to them.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
@@ -17,6 +17,9 @@ from .generation.options import describe, signature
 from .golden.trace import Names, Trace, trace
 from .runtime import Runtime
 from .scoring.logprobs import score
+
+if TYPE_CHECKING:
+    from .generation.results import Generate
 
 __all__ = ["GPT2"]
 
@@ -36,20 +39,24 @@ class GPT2(Runtime):
 
     # -- uses of the model: shortcuts to their modules ----------------------------------------
 
-    def generate(
-        self, prompt: Any = None, max_new_tokens: Optional[int] = None, **options: Any
-    ) -> Any:
-        """Continue ``prompt``: a str gives a str, ids the list of new ids, a list a list; None
-        or "" an unconditional sample (:func:`gpt2np.generation.loop.generate`). The options,
-        each defined once (:data:`gpt2np.generation.options.OPTIONS`), and where their defaults
-        come from; HF's other names raise a TypeError saying what to do instead.
-        """
-        return generate(prompt, self, max_new_tokens=max_new_tokens, **options)
+    if TYPE_CHECKING:  # the result's type from the arguments: str, list, Completion, Iterator
+        generate: Generate  # (gpt2np.generation.results)
+    else:
+
+        def generate(self, prompt: Any = None, max_new_tokens: Optional[int] = None,
+                     **options: Any) -> Any:  # fmt: skip
+            """Continue ``prompt``: a str gives a str, ids the list of new ids, a list a list;
+            None or "" an unconditional sample (:func:`gpt2np.generation.loop.generate`). The
+            options, each defined once (:data:`gpt2np.generation.options.OPTIONS`), and where
+            their defaults come from; HF's other names raise a TypeError saying what to do
+            instead.
+            """
+            return generate(prompt, self, max_new_tokens=max_new_tokens, **options)
 
     generate.__signature__ = signature(  # type: ignore[attr-defined]  # for help() and IDEs
         list(inspect.signature(generate).parameters.values())[:-1]  # without **options
     )
-    generate.__doc__ = (generate.__doc__ or "") + describe(" " * 8)
+    generate.__doc__ = (generate.__doc__ or "") + describe(" " * 12)
 
     def default_max_new_tokens(self, prompt: Any) -> int:
         """What :meth:`generate` makes when not told: generation_config.json's max_new_tokens,

@@ -133,3 +133,12 @@ def text_model_small() -> GPT2:
 
     hparams = gpt2np.HParams(n_vocab=50257, n_ctx=32, n_embd=16, n_head=2, n_layer=1)
     return GPT2(hparams, gpt2np.init_params(hparams, seed=4, std=0.3))
+
+
+@pytest.mark.parametrize("length_penalty", [1e9, -1e9, 1e300])
+def test_a_length_penalty_beyond_float_range_scores_as_hf_does(tiny_model, length_penalty):
+    """length ** length_penalty past float64's range is inf or 0 (HF's tensors), not Python's
+    OverflowError or ZeroDivisionError: a model's generation_config.json may hold such a value."""
+    out = tiny_model.generate([1, 2, 3], num_beams=2, max_new_tokens=3,
+                              length_penalty=length_penalty)  # fmt: skip
+    assert len(out) == 3

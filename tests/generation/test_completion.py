@@ -182,3 +182,16 @@ def test_a_completion_as_json(tiny_model, text_model):
     assert d["finish_reason"] == c.finish_reason and d["logprob"] == pytest.approx(c.logprob)
     ids = generate([1, 2], tiny_model, max_new_tokens=3, seed=1, logprobs=0).to_dict()
     assert ids["text"] is None and ids["tokens"] is None and ids["score"] is None
+
+
+def test_a_completion_shows_as_a_short_repr_and_an_html_table(text_model):
+    c = text_model.generate("The dog", 30, temperature=0, logprobs=2)
+    assert repr(c) == (f"Completion(text={c.text[:60] + '…'!r}, 30 ids, finish_reason='length', "
+                       f"logprob={c.logprob:.4f})")  # fmt: skip
+    page = c._repr_html_()
+    assert page.startswith("<table><caption>finish_reason=length  30 tokens")
+    assert page.count("<tr>") == 1 + 20 + 1  # the header, 20 tokens, "… 10 more"
+    assert "… 10 more" in page and "<th>top 2</th>" in page
+    first = c.top_logprobs[0][0]
+    assert f"<td>{c.ids[0]}</td>" in page and f"{first[1]:.3f}" in page
+    assert "<script>" not in Completion("<script>", [1], [-0.5], [[]], "length")._repr_html_()

@@ -850,3 +850,58 @@ def test_a_loaded_models_generation_config_gives_its_sampling_defaults(text_mode
     loaded = gpt2np.load(tmp_path / "m")
     assert loaded.generation_config == model.generation_config
     assert loaded.generate("Hi", seed=1) == model.generate("Hi", seed=1)
+
+
+# -- sizes from the model's files, checked before allocating -------------------------------------
+
+
+def _peak_of(fn) -> int:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+@pytest.mark.parametrize("key", ["num_beams", "num_return_sequences"])
+def test_a_generation_config_asking_for_too_many_rows_is_refused_first(tiny_model, key):
+    """generation_config.json's num_beams or num_return_sequences of 10**9 (rows whose KV
+    cache and logits take terabytes): one CheckpointError naming the file and the key, before
+    anything is allocated (before: a MemoryError, or the machine's memory for 10**6)."""
+    model = GPT2(tiny_model.hparams, tiny_model.params)
+    model.generation_config = {key: 10**9, "do_sample": key != "num_beams"}
+
+    def run() -> None:
+        with pytest.raises(
+            gpt2np.CheckpointError,
+            match=rf"generation_config\.json: {key} = "
+            r"1000000000 \(1 prompt x 1000000000 .*more than this process's",
+        ):
+            model.generate([1, 2, 3], max_new_tokens=2)
+
+    assert _peak_of(run) < 8 << 20
+
+
+@pytest.mark.parametrize("option", [{"n": 10**9}, {"num_beams": 10**9}])
+def test_arguments_asking_for_too_many_rows_are_refused_first(tiny_model, option):
+    (key,) = option
+    with pytest.raises(ValueError, match=rf"{key}=1000000000 .* needs"):
+        tiny_model.generate([1, 2, 3], max_new_tokens=2, **option)
+
+
+def test_the_row_check_follows_the_machines_memory(tiny_model, monkeypatch):
+    """num_beams = 10**6, the issue's figure (4.8 GiB of KV cache for a small model): refused
+    on a machine of 1 GiB, generated on one of 1 TiB (the cap is the one support.sizes has)."""
+    from gpt2np.support import sizes
+
+    model = GPT2(tiny_model.hparams, tiny_model.params)
+    model.generation_config = {"num_return_sequences": 10**6, "do_sample": True}
+    monkeypatch.setattr(sizes, "memory_cap", lambda: 1 << 30)
+    with pytest.raises(gpt2np.CheckpointError, match="num_return_sequences = 1000000"):
+        model.generate([1, 2, 3], max_new_tokens=2)
+    model.generation_config = {"num_return_sequences": 4, "do_sample": True}
+    assert len(model.generate([1, 2, 3], max_new_tokens=2, seed=0)) == 4

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import subprocess
 
 import numpy as np
 import pytest
@@ -258,3 +259,167 @@ def test_the_stages_are_hf_logits_processors(golden) -> None:
         hf = torch.softmax(scores, -1)[0].numpy()
         ours = reference_step(logits, history, len(history), s)["probs"]
         np.testing.assert_allclose(ours, hf, atol=1e-12)
+
+
+# -- shapes before reading, damaged goldens, sizes from flags ------------------------------------
+
+
+def _tensors(path: pathlib.Path) -> dict[str, np.ndarray]:
+    with GoldenFile(path) as g:
+        return {n: g.read(n) for n in [*g.names, "__manifest__.json"]}
+
+
+def _deflated_zeros(path: pathlib.Path, shapes: dict) -> None:
+    """An .npz whose members declare ``shapes`` (float64) and hold deflated zeros: small on
+    disk, as large as declared once read."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, shape in shapes.items():
+            with z.open(f"{name}.npy", "w", force_zip64=True) as f:
+                header = {"descr": "<f8", "fortran_order": False, "shape": shape}
+                np.lib.format.write_array_header_1_0(f, header)
+                left = int(np.prod(shape)) * 8
+                while left > 0:
+                    f.write(bytes(min(left, 1 << 22)))
+                    left -= 1 << 22
+
+
+def test_the_port_shapes_are_checked_before_its_tensors_are_read(golden, tmp_path) -> None:
+    """A port .npz of deflated zeros declaring probs [8, 2^22] (256 MiB read whole) is refused
+    from its header: the comparison's peak stays far below what reading it would cost."""
+    import tracemalloc
+
+    port = tmp_path / "bomb.npz"
+    _deflated_zeros(port, {"probs": (8, 1 << 22), "chosen": (8,)})
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"port (probs|chosen) is \[8"):
+            compare_sampler(golden, port)
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    assert peak < 32 << 20  # the golden (6 x 50257 float64 arrays), not the port's 256 MiB
+
+
+@pytest.mark.parametrize(
+    "damage, says",
+    [
+        (lambda t: t["chosen"].__setitem__(0, 2**62), r"chosen must be ids in \[0, 50257\)"),
+        (lambda t: t["chosen"].__setitem__(1, -1), r"chosen must be ids in \[0, 50257\)"),
+        (lambda t: t.__setitem__("prompt_ids", t["prompt_ids"] + 10**6), r"prompt_ids must be"),
+        (lambda t: t.pop("top_k"), r"holds top_k: absent"),
+        (lambda t: t.pop("u"), r"holds u: absent"),
+        (lambda t: t.__setitem__("u", t["u"][:2]), r"u is \[2\], expected \[6\]"),
+        (lambda t: t.__setitem__("probs", t["probs"][:, :7]), r"probs is \[6, 7\]"),
+        (lambda t: t.__setitem__("probs", t["probs"] * np.nan), r"probs .*not a distribution"),
+        (lambda t: t.__setitem__("probs", t["probs"] * 0), r"probs .*not a distribution"),
+        (lambda t: t.__setitem__("logits", t["logits"].astype(str)), r"logits is <U"),
+    ],
+)
+def test_a_damaged_sampler_golden_is_a_checkpoint_error(golden, damage, says) -> None:
+    """chosen or prompt_ids out of the vocabulary, a missing stage or input, a tensor of
+    another shape or kind, probabilities all zero or NaN: one CheckpointError, whatever the
+    port (a good one, one that differs, one whose own probs are zero or NaN)."""
+    t = _tensors(golden)
+    damage(t)
+    good = {n: _tensors(golden)[n] for n in ("probs", "chosen")}
+    for port in (
+        good,
+        {**good, "probs": good["probs"] * 0.5},
+        {**good, "probs": good["probs"] * np.nan},
+    ):
+        with pytest.raises(gpt2np.CheckpointError, match=says):
+            compare_sampler(t, port)
+
+
+@pytest.mark.parametrize("value", [0.0, np.nan, -1.0, np.inf])
+def test_a_port_whose_probs_are_all_one_value_is_reported(golden, value) -> None:
+    t = _tensors(golden)
+    report = compare_sampler(golden, {"probs": np.full_like(t["probs"], value),
+                                      "chosen": np.full_like(t["chosen"], 2**62)})  # fmt: skip
+    assert not report.ok and report.first is not None and report.first[0] == 0
+    str(report), report.to_json()
+
+
+def test_logits_that_overflow_at_the_temperature_are_refused(tmp_path) -> None:
+    """1e308 / 0.5 is inf: no distribution to draw from (the golden held NaN probs before)."""
+    logits = np.array([[1e308, 0.0, 5.0], [1.0, 2.0, 3.0]])
+    with pytest.raises(ValueError, match=r"step 0: .* overflow float64"):
+        dump_sampler(tmp_path / "s.npz", Setting(temperature=0.5), logits)
+
+
+def test_a_tiny_top_p_keeps_the_most_likely_id(tmp_path) -> None:
+    """top-p below the margin kept from ties: the first token's mass before it is exactly 0,
+    no tie at all, so synthetic rows are found at once (the old check drew rows forever)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np; from gpt2np.golden.sampler import Setting, dump_sampler;"
+        f"dump_sampler({str(tmp_path / 's.npz')!r}, Setting(top_p=1e-6), steps=3, n_vocab=300)"
+    )
+    # the timeout only guards against a hang: the fix makes the work finite (next test)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
+    t = _tensors(tmp_path / "s.npz")
+    assert ((t["probs"] > 0).sum(axis=1) == 1).all()
+    assert (t["chosen"] == t["logits"].argmax(axis=1)).all()
+
+
+def test_an_unmeetable_setting_is_refused_after_a_bounded_number_of_draws(monkeypatch):
+    """When no synthetic row can keep every boundary clear of a tie, the draws stop after
+    MAX_DRAWS per step with a ValueError (counted here: the work is bounded by design)."""
+    from gpt2np.golden import sampler
+
+    calls = []
+
+    def never(z, s):
+        calls.append(1)
+        if len(calls) > 100_000:
+            raise AssertionError("synthetic_logits draws without end")
+        return False
+
+    monkeypatch.setattr(sampler, "_clear_margins", never)
+    with pytest.raises(ValueError, match="pass logits"):
+        sampler.synthetic_logits(2, 50, Setting(top_p=0.5))
+    assert len(calls) == sampler.MAX_DRAWS
+
+
+def _cli_in_a_capped_process(args: list[str], cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    """``gpt2np ARGS`` in a process whose address space is capped at 1.5 GiB (a MemoryError,
+    not the machine's memory, if a check is missing); the timeout only guards a hang."""
+    import resource
+    import sys
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 29, 3 << 29))
+
+    return subprocess.run([sys.executable, "-m", "gpt2np", *args], cwd=cwd, preexec_fn=cap,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--vocab", "1000000000"], "8 steps x 1000000000 ids needs"),
+        (["--steps", "1000000000"], "1000000000 steps x 50257 ids needs"),
+        (["--steps", "100000000", "--vocab", "2"], "100000000 steps x 2 ids needs"),
+        (
+            ["--logits", "huge.npy"],
+            r"huge.npy: a sampler golden of logits \[1099511627776, 50257\]",
+        ),
+    ],
+)
+def test_dump_sampler_checks_its_sizes_before_allocating(tmp_path, flags, says) -> None:
+    """Steps x vocabulary from the flags or a .npy header beyond memory: one line naming
+    them, before anything is allocated (the process is capped far below the sizes)."""
+    import re
+
+    with open(tmp_path / "huge.npy", "wb") as f:
+        header = {"descr": "<f4", "fortran_order": False, "shape": (1 << 40, 50257)}
+        np.lib.format.write_array_header_1_0(f, header)
+    done = _cli_in_a_capped_process(["dump-sampler", "--out", "s.npz", *flags], tmp_path)
+    assert done.returncode == 1, done.stderr[-500:]
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("gpt2np: error: ")
+    assert re.search(says, done.stderr) and "more than this process's memory" in done.stderr
+    assert not (tmp_path / "s.npz").exists()

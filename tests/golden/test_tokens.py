@@ -250,3 +250,136 @@ def test_the_corpus_ids_are_tiktokens(golden) -> None:
             assert tt.encode(case["text"], allowed_special=allowed, disallowed_special=()) == (
                 case["ids"]), case["name"]  # fmt: skip
     assert CORPUS[0][0] == "plain"
+
+
+# -- bounded JSON and damaged goldens ------------------------------------------------------------
+
+
+def _peak(fn) -> int:
+    """The peak of Python's traced allocations (NumPy's included) while ``fn()`` runs."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        fn()
+    except gpt2np.CheckpointError:
+        pass
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return peak
+
+
+def _bytes_bound(size: int) -> int:
+    """What refusing a file of ``size`` bytes after reading it may cost: its bytes as read and
+    assembled (twice) and one 1 MiB read buffer; parsing a JSON bomb costs 20 to 30 times it."""
+    return 3 * size + (1 << 20)
+
+
+def _nested_empty_lists(path: pathlib.Path, n_bytes: int, where: str = "pieces") -> None:
+    """A case whose ``where`` is a list of empty lists: 3 bytes each, ~64 bytes each parsed."""
+    n = n_bytes // 3
+    path.write_text(
+        json.dumps({"cases": [{where: "HOLE"}]}).replace('"HOLE"', "[" + ",".join(["[]"] * n) + "]")
+    )
+
+
+def test_a_port_file_of_nested_empty_lists_costs_less_than_the_file(golden, tmp_path) -> None:
+    """A port's file holding many more JSON values than its golden is refused before it is
+    parsed (parsed, 1.5 MB of ``[],`` takes ~40 MB); a much larger one is refused unread."""
+    path, _ = golden
+    port = tmp_path / "port.json"
+    _nested_empty_lists(port, 3 << 19)  # 1.5 MiB: under the byte bound, over the value bound
+    size = port.stat().st_size
+    assert _peak(lambda: compare_tokenizer(path, port)) < _bytes_bound(size)
+    with pytest.raises(gpt2np.CheckpointError, match=r"port\.json: holds more JSON values"):
+        compare_tokenizer(path, port)
+    _nested_empty_lists(port, 16 << 20)  # parsed: ~460 MB; read: 16 MiB
+    assert _peak(lambda: compare_tokenizer(path, port)) < 4 << 20  # the golden's parse
+    with pytest.raises(gpt2np.CheckpointError, match=r"port\.json: .* bytes, more than a port"):
+        compare_tokenizer(path, port)
+
+
+def test_a_golden_of_many_empty_cases_is_refused_before_it_is_parsed(tmp_path, monkeypatch):
+    """The golden's own bound on JSON values (lowered here, so that the file is small): a file
+    of empty cases is refused before parsing, its cost the file's bytes, not its objects'."""
+    from gpt2np.golden import tokens_diff
+
+    monkeypatch.setattr(tokens_diff, "MAX_VALUES", 10_000, raising=False)
+    big = tmp_path / "golden.json"
+    big.write_text(
+        '{"format": "gpt2np-tokenizer-golden", "cases": [' + ",".join(["{}"] * 10**5) + "]}"
+    )
+    size = big.stat().st_size
+    assert _peak(lambda: compare_tokenizer(big, big)) < _bytes_bound(size)
+    with pytest.raises(gpt2np.CheckpointError, match=r"golden\.json: holds more JSON values"):
+        compare_tokenizer(big, big)
+
+
+def test_the_cli_refuses_a_json_bomb_in_one_line(golden, tmp_path, capsys) -> None:
+    from gpt2np.cli import main
+
+    path, _ = golden
+    port = tmp_path / "port.json"
+    _nested_empty_lists(port, 3 << 19)
+    assert main(["compare", str(path), str(port)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpt2np: error: ") and err.count("\n") == 1 and "port.json" in err
+
+
+def _damaged(doc: dict, change) -> dict:
+    doc = json.loads(json.dumps(doc))
+    change(doc["cases"])
+    return doc
+
+
+def _set(case: int, key: str, value) -> object:
+    return lambda cases: cases[case].__setitem__(key, value)
+
+
+def _set_piece(key: str, value) -> object:
+    return lambda cases: cases[0]["pieces"][0].__setitem__(key, value)
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda cases: cases.__setitem__(0, {}), r"case 0 \(0\): 'text' is missing"),
+        (_set(0, "pieces", ["Alan", 3]), r"case 0 \(plain\): 'pieces' is missing or not a list"),
+        (_set(0, "ids", [1, "2"]), r"case 0 \(plain\): 'ids' is missing or not a list of ints"),
+        (_set_piece("merges", [[1]]), r"piece 0: 'merges' is missing or not a list of \[rank"),
+        (_set_piece("symbols", [None]), r"piece 0: 'symbols' is missing or not a list of str"),
+        (_set_piece("text", 5), r"piece 0: 'text' is missing or not a string"),
+        (lambda cases: cases[-1].__setitem__("decode", [2**62, "x"]), r"'decode' is missing"),
+    ],
+)
+def test_a_damaged_golden_case_is_a_checkpoint_error_naming_it(golden, change, says) -> None:
+    """A golden case missing a key, or holding the wrong types (merges of ``[1]``, pieces that
+    are not objects): a CheckpointError naming the case and the key, whatever the port."""
+    _, doc = golden
+    bad = _damaged(doc, change)
+    for port in (doc, bad, {"cases": []}):
+        with pytest.raises(gpt2np.CheckpointError, match=says):
+            compare_tokenizer(bad, port)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        _set(0, "pieces", [[], [], {}]),
+        _set(0, "pieces", [None, 3, {"text": []}]),
+        _set_piece("merges", [[1], [], None, [1, [], {}]]),
+        _set_piece("symbols", [None, [], 3]),
+        _set_piece("tokens", [[], None]),
+        _set(0, "ids", [[], None, "x"]),
+        _set(-1, "text", []),
+        _set(-1, "bytes", 3),
+        lambda cases: cases.__setitem__(0, {}),
+    ],
+)
+def test_a_malformed_port_case_is_a_finding_not_an_exception(golden, change) -> None:
+    """Whatever a port's case holds, the comparison reports it (the first case differs)."""
+    _, doc = golden
+    report = compare_tokenizer(doc, _damaged(TOY.run(doc), change))
+    assert not report.ok and report.first is not None
+    str(report), report.to_json()

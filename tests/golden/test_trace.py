@@ -243,3 +243,13 @@ def test_gpt2np_trace_is_the_function_of_golden_trace(tiny_model) -> None:
     )
     with pytest.raises(ValueError, match="matches no traced tensor"):
         gpt2np.trace(tiny_model, ids, names="nothing*")
+
+
+def test_a_trace_shows_as_a_short_repr_and_an_html_table(tiny_model) -> None:
+    t = gpt2np.trace(tiny_model, [[1, 2, 3]])
+    assert repr(t) == f"Trace({len(t)} tensors, ids [1, 3], T_past 0)"
+    page = t._repr_html_()
+    assert page.startswith(f"<table><caption>{t!r}</caption><tr><th>name</th>")
+    name, array = next(iter(t.items()))
+    assert f"<td>{name}</td><td>{list(array.shape)}</td><td>{array.dtype}</td>" in page
+    assert page.count("<tr>") == 1 + min(20, len(t)) + (len(t) > 20)

@@ -68,6 +68,7 @@ BAD_LINES = {
     "[1, 2, 3]": "not a JSON object: an array",
     '"just a string"': "not a JSON object: a string",
     '{"text": NaN}': "not JSON (NaN is not a JSON value)",
+    '{"text": 1e999}': "field 'text' is a number, not a string",
     "": "empty line",
 }
 
@@ -101,24 +102,66 @@ def assert_same_records(got: list[dict[str, Any]], expected: list[dict[str, Any]
         assert math.isclose(g["perplexity"], e["perplexity"], rel_tol=2 * bound)
 
 
+#: How long a text marked "AFTER-ALWAYS" waits for the first "DIE-ALWAYS" death at most.
+AFTER_ALWAYS_DEADLINE = 300.0
+
+
 class _Faulty:
     """A tokenizer that kills its own process (SIGKILL, as the OOM killer does) on a text that
-    holds "DIE-ALWAYS", and on one that holds "DIE-ONCE" the first time any process sees it
-    (a file in ``marks`` remembers); that takes two seconds over a text that holds "SLOW"; and
-    that otherwise, and then, encodes as ``tokenizer`` does."""
+    holds "DIE-ALWAYS", on one that holds "DIE-ONCE" the first time any process sees it, and
+    on one that holds "DIE-TWICE" the first two times; a text that holds "AFTER-ALWAYS" first
+    waits until a "DIE-ALWAYS" text has killed its process (files in ``marks`` remember these
+    events); it raises RuntimeError("boom") on a text that holds "RAISE"; it takes two seconds
+    over a text that holds "SLOW"; and otherwise, and then, it encodes as ``tokenizer`` does."""
 
     def __init__(self, tokenizer: Any, marks: str) -> None:
         self.tokenizer, self.marks = tokenizer, marks
 
     def encode(self, text: str, **kwargs: Any) -> list[int]:
         once = os.path.join(self.marks, "died-once")
+        always = os.path.join(self.marks, "died-always")
+        if "AFTER-ALWAYS" in text:
+            _wait_for_file(always, AFTER_ALWAYS_DEADLINE)
+        # Each kind of death leaves its own mark: had "DIE-ALWAYS" marked "DIE-ONCE" seen too,
+        # a "DIE-ONCE" text reached after it would never kill (whichever worker ran faster).
         if "DIE-ALWAYS" in text or ("DIE-ONCE" in text and not os.path.exists(once)):
-            with open(once, "w"):
+            with open(always if "DIE-ALWAYS" in text else once, "w"):
                 pass
             os.kill(os.getpid(), signal.SIGKILL)
+        if "DIE-TWICE" in text:
+            deaths = os.path.join(self.marks, "deaths")
+            with open(deaths, "a+") as f:
+                f.seek(0)
+                if len(f.read()) < 2:
+                    f.write("x")
+                    f.flush()
+                    os.kill(os.getpid(), signal.SIGKILL)
+        if "RAISE" in text:
+            raise RuntimeError("boom")
         if "SLOW" in text:
             time.sleep(2)
         return list(self.tokenizer.encode(text, **kwargs))
+
+
+def load_dying_in_a_worker(path: str) -> gpt2np.GPT2:
+    """gpt2np.load(path), which in a worker process (not the main one) kills its own process
+    with SIGKILL half-way, as ``kill -9`` or the OOM killer would while it loads the model."""
+    import multiprocessing
+
+    model = gpt2np.load(path)
+    if multiprocessing.parent_process() is not None:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return model
+
+
+def _wait_for_file(path: str, deadline: float) -> None:
+    """Return once ``path`` exists (another process's event); RuntimeError past ``deadline``
+    seconds, so that a run whose event never comes fails instead of hanging."""
+    end = time.monotonic() + deadline
+    while not os.path.exists(path):
+        if time.monotonic() > end:
+            raise RuntimeError(f"{path} did not appear within {deadline:g} s")
+        time.sleep(0.01)
 
 
 def load_faulty(path: str, marks: str) -> gpt2np.GPT2:

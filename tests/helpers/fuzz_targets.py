@@ -21,7 +21,7 @@ from gpt2np import CheckpointError, HParams
 from gpt2np.checkpoint import load_dir
 from gpt2np.hparams import SHAPE_FIELDS
 from gpt2np.params import flatten
-from tests.helpers.fuzzing import FIXTURES, Wrong, target
+from tests.helpers.fuzzing import FIXTURES, INTERESTING_JSON, Wrong, target
 
 TF_SMALL, TF_SHARDED = FIXTURES / "tf" / "small", FIXTURES / "tf" / "sharded"
 HF_SMALL, HF_SHARDED = FIXTURES / "hf" / "small", FIXTURES / "hf" / "sharded"
@@ -483,4 +483,160 @@ def _feed(fd: int, source: str, data: bytes, rng, streams: bool) -> None:
         os.close(fd)
 
 
+# --- JSON goldens: tokenizer goldens and their port files ---------------------------------------
+#
+# A tokenizer golden of two texts and a port file equal to it; the fuzzer damages either (a
+# value replaced by a nesting bomb, a wrong type, a key dropped, bytes damaged). compare gives a
+# report or refuses the golden, or a port file far larger than its golden, with a
+# CheckpointError; never another exception, a MemoryError under the worker's cap, or a hang.
+
+_DEEP: list = [1]
+for _ in range(40):
+    _DEEP = [_DEEP]
+_BOMBS: tuple = (
+    [[]] * 3000, [{}] * 3000, _DEEP, [1], [[1]], [None], [[1, "a"]], ["a", 3], {"text": 3},
+    2**62, -1, "x", None, True, [], {},
+)  # fmt: skip
+_TOKENIZER_GOLDEN: dict[str, bytes] = {}
+
+
+def _tokenizer_golden_case(case: pathlib.Path) -> None:
+    """golden.json (two texts: a contraction, digits, spaces) and port.json, a copy of it."""
+    if "golden" not in _TOKENIZER_GOLDEN:
+        import tempfile
+
+        from gpt2np.golden.tokens import dump_tokenizer
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp) / "g.json"
+            dump_tokenizer(path, _tokenizer(), ["It's 12  ok", "héllo\n\n"])
+            _TOKENIZER_GOLDEN["golden"] = path.read_bytes()
+    case.mkdir(parents=True)
+    for name in ("golden.json", "port.json"):
+        (case / name).write_bytes(_TOKENIZER_GOLDEN["golden"])
+
+
+@target("golden-tokenizer", _tokenizer_golden_case, ["golden.json", "port.json", "port.json"],
+        values=_BOMBS + tuple(INTERESTING_JSON))  # fmt: skip
+def golden_tokenizer(case: pathlib.Path) -> None:
+    from gpt2np.golden.tokens_diff import compare_tokenizer
+
+    report = compare_tokenizer(case / "golden.json", case / "port.json")
+    str(report), report.to_json()
+
+
+def _shape_region(data: bytes) -> tuple[int, int]:
+    """The bytes of an .npy header's dtype and shape (the whole file when there is none)."""
+    at = data.find(b"'descr'")
+    end = data.find(b"}", at)
+    return (at, end) if 0 <= at < end else (0, len(data))
+
+
+# --- sampler goldens: the golden's tensors and the port's .npy files -----------------------------
+
+_SAMPLER_GOLDEN: dict[str, pathlib.Path] = {}
+
+
+def _sampler_case(case: pathlib.Path) -> None:
+    """golden.npz (3 steps over 40 ids, top-k and top-p on) and port/, its probs, chosen and
+    top_k as NAME.npy files: damage to a header changes a declared shape or dtype."""
+    import shutil
+    import tempfile
+
+    from gpt2np.golden.reader import GoldenFile
+    from gpt2np.golden.sampler import Setting, dump_sampler
+
+    if "dir" not in _SAMPLER_GOLDEN:
+        root = pathlib.Path(tempfile.mkdtemp(prefix="gpt2np-sampler-template-"))
+        dump_sampler(root / "golden.npz", Setting(top_k=5, top_p=0.9), steps=3, n_vocab=40)
+        (root / "port").mkdir()
+        with GoldenFile(root / "golden.npz") as g:
+            for name in ("probs", "chosen", "top_k"):
+                np.save(root / "port" / f"{name}.npy", g.read(name))
+        _SAMPLER_GOLDEN["dir"] = root
+    shutil.copytree(_SAMPLER_GOLDEN["dir"], case)
+
+
+@target("golden-sampler", _sampler_case, ["port/*.npy", "port/*.npy", "golden.npz"],
+        errors=(ValueError,), region=lambda path, data: _shape_region(data))  # fmt: skip
+def golden_sampler(case: pathlib.Path) -> None:
+    """A damaged header (shape, dtype) or data: a report, or a ValueError (CheckpointError
+    for the golden) naming the tensor, before the declared size is read."""
+    from gpt2np.golden.sampler_diff import compare_sampler
+
+    report = compare_sampler(case / "golden.npz", case / "port")
+    str(report), report.to_json()
+
+
+# --- size-bearing fields: generation_config.json, dump-sampler's flags, a .npy header ----------
+#
+# sizes.json holds a model's generation_config.json and dump-sampler's flags; the fuzzer sets
+# any of them to a size (10**9, 2**62, 1e13, ...) or a wrong type. generate and dump-sampler
+# must work or refuse with one line (ValueError / TypeError / CheckpointError; exit 1 or
+# argparse's 2), before allocating: the worker's 2 GiB cap turns a missing check into a
+# MemoryError, a loop without end into a hang.
+
+_SIZES = {
+    "generation_config": {"num_beams": 2, "num_return_sequences": 2, "max_new_tokens": 2,
+                          "length_penalty": 1.0},
+    "dump_sampler": {"steps": 2, "vocab": 30, "top-p": 0.9, "top-k": 3, "seed": 1,
+                     "temperature": 0.7},
+}  # fmt: skip
+_SIZE_VALUES = (10**6, 10**9, 2**40, 2**62, 10**13, 1e13, 1e-6, 1e-300, 0, -1, 1, 0.5, "x", None,
+                True, [], {}, "1e13", "1000000000")  # fmt: skip
+
+
+def _sizes_case(case: pathlib.Path) -> None:
+    case.mkdir(parents=True)
+    (case / "sizes.json").write_text(json.dumps(_SIZES))
+    np.save(case / "logits.npy", np.random.default_rng(0).standard_normal((2, 30)))
+
+
+def _dump_sampler_cli(case: pathlib.Path, flags: list[str]) -> None:
+    """gpt2np dump-sampler FLAGS in this process: exit 0, or 1/2 with an error line; else
+    Wrong."""
+    import contextlib
+    import io
+
+    from gpt2np.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(["dump-sampler", "--out", str(case / "s.npz"), *flags])
+        except SystemExit as e:  # argparse refuses a flag's value: exit 2
+            code = e.code if isinstance(e.code, int) else 2
+    lines = err.getvalue().splitlines()
+    if code not in (0, 1, 2) or (code and not any("error: " in line for line in lines)):
+        raise Wrong(f"dump-sampler {flags}: exit {code}, stderr {err.getvalue()[-300:]!r}")
+    if code == 1 and len(lines) != 1:
+        raise Wrong(f"dump-sampler {flags}: {len(lines)} lines of error: {lines[:3]}")
+
+
+@target("size-fields", _sizes_case, ["sizes.json"], errors=(ValueError, TypeError),
+        values=_SIZE_VALUES, json_only=True)  # fmt: skip
+def size_fields(case: pathlib.Path) -> None:
+    import gpt2np
+
+    try:
+        sizes = json.loads((case / "sizes.json").read_text())
+    except ValueError:  # the damage left no JSON: nothing to try
+        return
+    flags = sizes.get("dump_sampler") if isinstance(sizes, dict) else None
+    if isinstance(flags, dict):
+        _dump_sampler_cli(case, [x for k, v in flags.items() for x in (f"--{k}", str(v))])
+    config = sizes.get("generation_config") if isinstance(sizes, dict) else None
+    hp = HParams(n_vocab=31, n_ctx=16, n_embd=8, n_head=2, n_layer=1)
+    model = gpt2np.GPT2(hp, gpt2np.init_params(hp, seed=0))
+    model.generation_config = config if isinstance(config, dict) else {}
+    model.generate([1, 2, 3])
+
+
+@target("size-npy", _sizes_case, ["logits.npy"], region=lambda path, data: _shape_region(data))
+def size_npy(case: pathlib.Path) -> None:
+    """dump-sampler --logits of a damaged .npy (its header's shape, dtype, length)."""
+    _dump_sampler_cli(case, ["--logits", str(case / "logits.npy")])
+
+
+import tests.helpers.fuzz_corpus  # noqa: E402  (registers corpus-input, corpus-output)
 import tests.helpers.fuzz_servers  # noqa: E402, F401  (registers the server targets: hub-server, file-server)

@@ -32,6 +32,7 @@ from tests.helpers.corpus import (
     BAD_LINES,
     assert_same_records,
     corpus_lines,
+    load_dying_in_a_worker,
     load_faulty,
     read_records,
     save_byte_model,
@@ -304,9 +305,13 @@ def test_one_output_one_writer(reference, tmp_path):
 def test_a_dead_worker_is_reported_and_its_documents_scored_again(model_dir, loader, tmp_path):
     """Worker processes killed (SIGKILL) while scoring a document: the first death's chunk
     is scored again, one document at a time, and gives the records of an undisturbed run; a
-    document that kills its worker a second time gets an error record; both are warned of."""
+    document that kills its worker a second time gets an error record; both are warned of.
+    The second chunk's worker dies first, always: the first chunk's document that kills once
+    waits for that death (an event, whichever worker runs faster)."""
     lines = corpus_lines(130, seed=2)
-    lines[40] = json.dumps({"id": "once", "text": "a document that kills once: DIE-ONCE"})
+    lines[40] = json.dumps(
+        {"id": "once", "text": "kills once, after the other: AFTER-ALWAYS DIE-ONCE"}
+    )
     lines[100] = json.dumps({"id": "always", "text": "one that kills each time: DIE-ALWAYS"})
     source = write_lines(tmp_path / "c.jsonl", lines)
     score_corpus(loader, source, tmp_path / "expected.jsonl")
@@ -324,8 +329,33 @@ def test_a_dead_worker_is_reported_and_its_documents_scored_again(model_dir, loa
     expected, got = read_records(tmp_path / "expected.jsonl"), read_records(tmp_path / "got.jsonl")
     assert got[100] == {"line": 101, "id": "always", "line_sha256": expected[100]["line_sha256"],
                         "error": "the worker process scoring this document was killed by "
-                        "SIGKILL, twice"}  # fmt: skip
+                        "SIGKILL, twice (a rerun scores it again)"}  # fmt: skip
     assert_same_records(got[:100] + got[101:], expected[:100] + expected[101:])
+
+
+@pytest.mark.skipif(os.name != "posix", reason="kills with SIGKILL")
+def test_a_rerun_scores_again_a_document_whose_worker_died_twice(model_dir, loader, tmp_path):
+    """A document that killed its worker twice gets an error record; the next run (the same
+    command) cuts the output there, scores it and the records after it again, and ends with
+    the records of an undisturbed run."""
+    lines = corpus_lines(150, seed=6)
+    lines[70] = json.dumps({"id": "twice", "text": "a document that kills twice: DIE-TWICE"})
+    source = write_lines(tmp_path / "c.jsonl", lines)
+    score_corpus(loader, source, tmp_path / "expected.jsonl")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    dying = functools.partial(load_faulty, str(model_dir), str(marks))
+    out = tmp_path / "got.jsonl"
+    with pytest.warns(RuntimeWarning):
+        first = score_corpus(dying, source, out, jobs=2)
+    assert first.errors == 1 and read_records(out)[70]["error"].endswith("a rerun scores it again)")
+    before = out.read_bytes()
+    kept = b"".join(before.splitlines(keepends=True)[:70])
+    second = score_corpus(dying, source, out, jobs=2)
+    assert second.resumed == 70 and second.errors == 0 and second.worker_deaths == 0
+    assert second.repaired == len(before) - len(kept)
+    assert out.read_bytes().startswith(kept)
+    assert_same_records(read_records(out), read_records(tmp_path / "expected.jsonl"))
 
 
 def test_the_progress_bar_shows_documents_and_tokens_per_second_and_the_time_left(
@@ -402,3 +432,251 @@ def test_the_function_checks_its_arguments(corpus, loader, tmp_path):
     summary = score_corpus(model, corpus, out, progress=False)  # a loaded model: one process
     assert isinstance(summary, CorpusSummary) and summary.documents > 0
     assert "documents/s" in str(summary) and "tokens/s" in str(summary)
+
+
+def _untouched(path: pathlib.Path):
+    """A check that ``path`` still holds what it holds now, in the same file (inode)."""
+    before, inode = path.read_bytes(), path.stat().st_ino
+
+    def check() -> None:
+        assert path.read_bytes() == before and path.stat().st_ino == inode
+
+    return check
+
+
+def test_an_output_that_is_not_its_own_records_of_this_input_is_left_untouched(
+    corpus, loader, reference, tmp_path
+):
+    """score-corpus cuts and appends only to its own records of this input: the user's notes
+    where the records were, two lines of foreign text, the user's own records of another
+    input (with a torn last line), a line longer than any record among records, a user's
+    file beside OUTPUT where the fingerprint goes,
+    and a symlink at OUTPUT are each refused with the file byte-identical, the same inode."""
+    fingerprint = reference.with_name(reference.name + ".fingerprint").read_bytes()
+    ours = reference.read_bytes().splitlines(keepends=True)
+    other_input = write_lines(tmp_path / "other.jsonl", mixed_corpus(60, seed=9))
+    mine = tmp_path / "mine.jsonl"
+    score_corpus(loader, other_input, mine, progress=False)
+    cases = {
+        "notes": (b"my notes", "not part of a record"),
+        "foreign": (b"first line of mine\nsecond line of mine\n", "line 1: not the record"),
+        "foreign-torn": (b"first line of mine\nsecond line", "line 1: not the record"),
+        "other-input": (mine.read_bytes()[:-20], "scores of another input"),
+        "over-long": (
+            b"".join(ours[:3]) + b'{"line": 4, "x": "' + b"a" * (3 << 20) + b'"}\n' + ours[4],
+            "line 4: not the record",
+        ),
+    }
+    for name, (content, words) in cases.items():
+        out = tmp_path / f"{name}.jsonl"
+        out.write_bytes(content)
+        out.with_name(out.name + ".fingerprint").write_bytes(fingerprint)
+        unchanged = _untouched(out)
+        with pytest.raises(ValueError, match=re.escape(words)):
+            score_corpus(loader, corpus, out, progress=False)
+        unchanged()
+    beside = tmp_path / "new.jsonl.fingerprint"
+    beside.write_bytes(b"the user's own file\n")
+    unchanged = _untouched(beside)
+    with pytest.raises(ValueError, match="not a fingerprint of score-corpus: not writing over"):
+        score_corpus(loader, corpus, tmp_path / "new.jsonl", progress=False)
+    unchanged()
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(b"my notes\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(notes)
+    link.with_name(link.name + ".fingerprint").write_bytes(fingerprint)
+    unchanged = _untouched(notes)
+    with pytest.raises(ValueError, match="is a symlink"):
+        score_corpus(loader, corpus, link, progress=False)
+    unchanged()
+    assert link.is_symlink()
+
+
+def test_a_damaged_output_or_fingerprint_is_refused_with_one_line(
+    corpus, model_dir, reference, tmp_path, capsys
+):
+    """A line of 100000 "[" in OUTPUT or in its fingerprint, a record whose line is true, or
+    whose n_tokens is a string: one line of error naming the file, the file untouched."""
+    whole = reference.read_bytes()
+    first = whole.splitlines(keepends=True)[0]
+    fingerprint = reference.with_name(reference.name + ".fingerprint").read_bytes()
+    deep = b"[" * 100_000 + b"\n"
+    cases = [
+        (whole[:300].rsplit(b"\n", 1)[0] + b"\n" + deep, fingerprint, "not the record"),
+        (first, deep, "not a fingerprint of score-corpus"),
+        (first.replace(b'"line": 1', b'"line": true'), fingerprint, "line 1: not the record"),
+        (re.sub(rb'"n_tokens": \d+', b'"n_tokens": "9"', first), fingerprint, "line 1: not the"),
+        (first, b'{"format": "gpt2np score-corpus records, version 1", "model": 1}', "another"),
+    ]
+    for i, (records, side, words) in enumerate(cases):
+        out = tmp_path / f"damaged-{i}.jsonl"
+        out.write_bytes(records)
+        out.with_name(out.name + ".fingerprint").write_bytes(side)
+        unchanged = _untouched(out)
+        argv = ["score-corpus", str(corpus), "--out", str(out), "--model", str(model_dir), "-q"]
+        assert cli.main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("gpt2np: error: ") and err.count("\n") == 1, err
+        assert words in err and out.name in err, err
+        unchanged()
+
+
+_CAPPED = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+import gpt2np.cli.app as cli
+code = cli.main(["score-corpus", *sys.argv[1:]])
+sys.stderr.write(f"peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}\\n")
+sys.exit(code)
+"""
+
+
+def _cli_capped(*args: str, stdin=None) -> tuple[int, str, str, int]:
+    """``gpt2np score-corpus ARGS`` in a process of at most 2 GiB of address space (a
+    MemoryError instead of the machine's memory), bounded to 5 minutes (a hang fails):
+    (status, stdout, stderr but its last line, the process's peak RSS in bytes)."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    env.pop("GPT2NP_DEBUG", None)
+    proc = subprocess.Popen([sys.executable, "-c", _CAPPED, *args], stdin=stdin, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:  # timed out: end it, do not leave it running
+            proc.kill()
+            proc.wait()
+    lines = err.decode().splitlines(keepends=True)
+    peak = int(lines[-1].split()[1]) if lines and lines[-1].startswith("peak ") else -1
+    return proc.returncode, out.decode(), "".join(lines[:-1] if peak >= 0 else lines), peak
+
+
+@pytest.mark.skipif(os.name != "posix", reason="devices and FIFOs")
+def test_devices_and_fifos_are_refused_in_one_line_without_reading(model_dir, tmp_path):
+    """INPUT /dev/zero, /dev/urandom, a FIFO without a writer, and stdin from /dev/zero: one
+    line of error, no OUTPUT written (not a MemoryError, endless error records or a hang)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    where = ["--model", str(model_dir), "-q"]
+    for source in ("/dev/zero", "/dev/urandom", str(fifo), "-"):
+        out = tmp_path / "o.jsonl"
+        with open("/dev/zero", "rb") as zero:
+            code, _, err, _ = _cli_capped(source, "--out", str(out), *where, stdin=zero)
+        assert code == 1 and err.startswith("gpt2np: error: ") and err.count("\n") == 1, err
+        kind = "a FIFO" if source == str(fifo) else "a character device"
+        assert f"is {kind}" in err and not out.exists(), err
+
+
+def test_over_long_lines_are_error_records_read_in_bounded_memory(model_dir, tmp_path):
+    """A corpus with a 20 MiB and a 200 MiB document between good ones: each long line is an
+    error record with its size and digest, the job goes on, and the process's peak memory
+    is that of a run without them, give or take a few MiB (the lines are hashed as they are
+    read, never held)."""
+    import hashlib
+
+    from gpt2np.scoring.records import MAX_LINE_BYTES
+
+    good = corpus_lines(4, seed=8)
+    corpus = tmp_path / "long.jsonl"
+    digests = []
+    with open(corpus, "wb") as f:
+        f.write((good[0] + "\n").encode())
+        for size in (20 << 20, 200 << 20):  # {"text": "aaa…a"}: a document to score
+            digest = hashlib.sha256()
+            block = b"a" * (1 << 20)
+            for part in [b'{"text": "', *[block] * ((size >> 20) - 1), block[:-12], b'"}']:
+                f.write(part)
+                digest.update(part)
+            f.write(b"\n")
+            digests.append(digest.hexdigest()[:16])
+        f.write("".join(line + "\n" for line in good[1:]).encode())
+    short = write_lines(tmp_path / "short.jsonl", good)
+    peaks = []
+    for source in (short, corpus):
+        out = tmp_path / f"{source.stem}.out"
+        code, _, err, peak = _cli_capped(str(source), "--out", str(out), "--model",
+                                              str(model_dir), "-q")  # fmt: skip
+        assert code == 0, err
+        peaks.append(peak)
+    corpus.unlink()
+    records = read_records(tmp_path / "long.out")
+    assert [r["line"] for r in records] == [1, 2, 3, 4, 5, 6]
+    for record, size, digest in zip(records[1:3], (20 << 20, 200 << 20), digests):
+        assert record["line_sha256"] == digest
+        assert record["error"].startswith(f"a line of {size} bytes, longer than the "
+                                          f"{MAX_LINE_BYTES} bytes")  # fmt: skip
+    renumbered = [{**r, "line": n} for n, r in enumerate(records[:1] + records[3:], 1)]
+    assert renumbered == read_records(tmp_path / "short.out")
+    assert peaks[1] - peaks[0] < 3 * MAX_LINE_BYTES, peaks
+
+
+def test_resumes_are_byte_exact_wherever_the_output_was_cut(loader, tmp_path):
+    """An uninterrupted run's output, cut 17 bytes into line 202 of 400 and at seeded random
+    offsets (inside records, at their ends), then resumed: byte for byte the same. The
+    documents vary in length so that chunks end on characters as well as on counts."""
+    lines = corpus_lines(400, seed=11)
+    rng = random.Random(11)
+    for i in rng.sample(range(400), 40):  # long ones: chunks of fewer than 64 documents
+        lines[i] = json.dumps({"id": f"long-{i}", "text": " ".join(rng.choices(
+            ["the", "cat", "sat", "café"], k=rng.randint(300, 900)))})  # fmt: skip
+    corpus = write_lines(tmp_path / "c.jsonl", lines)
+    reference = tmp_path / "reference.jsonl"
+    score_corpus(loader, corpus, reference, progress=False)
+    whole = reference.read_bytes()
+    starts = [0] + [i + 1 for i, b in enumerate(whole) if b == ord("\n")]
+    cuts = [starts[201] + 17, *(rng.randrange(1, len(whole)) for _ in range(6)), starts[128]]
+    fingerprint = reference.with_name(reference.name + ".fingerprint").read_bytes()
+    for cut in cuts:
+        out = tmp_path / f"cut-{cut}.jsonl"
+        out.write_bytes(whole[:cut])
+        out.with_name(out.name + ".fingerprint").write_bytes(fingerprint)
+        score_corpus(loader, corpus, out, progress=False)
+        assert out.read_bytes() == whole, f"cut at byte {cut}"
+
+
+def test_no_single_line_stops_a_corpus(model_dir, loader, tmp_path):
+    """Ids JSON cannot write back: 1e999 is kept as its text, NaN is no JSON (an error
+    record); an id nested 500 deep is an error record with one process and with two alike;
+    a big integer or a shallow array is kept."""
+    deep = json.loads("[" * 500 + "]" * 500)
+    lines = [*corpus_lines(3, seed=12), '{"id": 1e999, "text": "the cat sat on a mat"}',
+             '{"id": NaN, "text": "the cat sat on a mat"}',
+             json.dumps({"id": deep, "text": "the cat sat on a mat"}),
+             json.dumps({"id": 10**400, "text": "the cat sat on a mat"}),
+             json.dumps({"id": [[[1]]], "text": "the cat sat on a mat"})]  # fmt: skip
+    corpus = write_lines(tmp_path / "ids.jsonl", lines)
+    score_corpus(loader, corpus, tmp_path / "one.jsonl", progress=False)
+    score_corpus(loader, corpus, tmp_path / "two.jsonl", jobs=2, progress=False)
+    one, two = read_records(tmp_path / "one.jsonl"), read_records(tmp_path / "two.jsonl")
+    assert_same_records(two, one)
+    assert one[3]["id"] == "1e999" and "n_tokens" in one[3]
+    assert one[4]["error"] == "not JSON (NaN is not a JSON value)"
+    assert one[5]["error"] == "the id 'id' nests deeper than 32 levels" and "id" not in one[5]
+    assert one[6]["id"] == 10**400 and one[7]["id"] == [[[1]]] and "n_tokens" in one[7]
+
+
+def test_an_error_that_stops_the_job_names_the_lines(model_dir, tmp_path):
+    """An exception while scoring (here the tokenizer's) stops the job with an error that
+    names the lines of the chunk, in one process and from a worker process."""
+    lines = corpus_lines(100, seed=13)
+    lines[70] = json.dumps({"id": "x", "text": "this one RAISES"})
+    corpus = write_lines(tmp_path / "c.jsonl", lines)
+    faulty = functools.partial(load_faulty, str(model_dir), str(tmp_path))
+    for jobs in (1, 2):
+        with pytest.raises(ValueError, match="while scoring lines 65-100 of the input: "
+                           "RuntimeError: boom"):  # fmt: skip
+            score_corpus(faulty, corpus, tmp_path / f"o{jobs}.jsonl", jobs=jobs, progress=False)
+        assert len(read_records(tmp_path / f"o{jobs}.jsonl")) == 64
+
+
+@pytest.mark.skipif(os.name != "posix", reason="kills with SIGKILL")
+def test_a_worker_killed_while_loading_the_model_is_one_line(model_dir, corpus, tmp_path):
+    """A worker process killed (SIGKILL) while it loads the model: an OSError of one line
+    saying so, which the command prints as its one line of error, not a traceback."""
+    dying = functools.partial(load_dying_in_a_worker, str(model_dir))
+    with pytest.raises(
+        OSError,
+        match=r"^a worker process was killed by SIGKILL while loading "
+        r"the model \(out of memory\?\); run the command again to go on$",
+    ):
+        score_corpus(dying, corpus, tmp_path / "o.jsonl", jobs=2, progress=False)

@@ -339,3 +339,13 @@ def test_batched_windows_run_the_family_settings_of_the_clear_path(settings):
     for s, ids in zip(score(fast, rows, max_len=10, stride=4, batch_size=2), rows):
         expected = score(clear, ids, max_len=10, stride=4)
         np.testing.assert_allclose(s.token_logprobs, expected.token_logprobs, atol=1e-10)
+
+
+def test_a_score_shows_as_a_short_repr_and_an_html_table(tiny_model):
+    """Not the arrays: a line in a console, a table of the first 20 tokens in a notebook."""
+    s = score(tiny_model, list(range(1, 31)))
+    assert repr(s) == f"Score(n_tokens=30, nll={s.nll:.4f}, perplexity={s.perplexity:.4f})"
+    page = s._repr_html_()
+    assert page.startswith("<table><caption>30 tokens, 29 scored: NLL")
+    assert page.count("<tr>") == 1 + 20 + 1 and "… 9 more" in page
+    assert f"<td>{s.token_logprobs[0]:.3f}</td>" in page and "<td>2</td>" in page

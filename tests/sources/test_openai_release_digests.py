@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import pathlib
+import shutil
+import warnings
 
 import pytest
 
@@ -99,3 +101,116 @@ def test_random_weights_in_a_tf_checkpoint_are_not_openais() -> None:
     )
     assert published_release(small, "124M") == "encoder.json differs from OpenAI's published file"
     assert describe_checkpoint(small, "124M") == "a checkpoint that is not 124M-shaped"
+
+
+# -- what `gpt2np info` and `gpt2np.load(SIZE)` say of models/SIZE ---------------------------
+
+SMALL = FIXTURES / "tf" / "small"  # a random checkpoint written by TensorFlow's Saver
+
+
+@pytest.fixture
+def copied(tmp_path, monkeypatch) -> pathlib.Path:
+    """A random checkpoint copied into $GPT2NP_HOME/models/124M by hand, complete (124M's
+    published hparams are the fixture's here, so that its shape passes the download's check),
+    with no network."""
+    import gpt2np
+    from tests.helpers.httpfixture import closed_port_url
+
+    monkeypatch.setenv("GPT2NP_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("GPT2NP_BASE_URL", closed_port_url())
+    monkeypatch.setitem(gpt2np.HPARAMS, "124M", gpt2np.HParams.from_json(SMALL / "hparams.json"))
+    directory = tmp_path / "home" / "models" / "124M"
+    directory.mkdir(parents=True)
+    for name in MODEL_FILES:
+        if name == "model.ckpt.meta":  # the fixture has none; gpt2np does not read it
+            (directory / name).write_bytes(b"graph: not read by gpt2np")
+        elif name in ("encoder.json", "vocab.bpe"):  # the download wants the published ones
+            shutil.copyfile(pathlib.Path(gpt2np.__file__).parent / "data" / name, directory / name)
+        else:
+            shutil.copyfile(SMALL / name, directory / name)
+    return directory
+
+
+def info(capsys) -> tuple[str, dict]:
+    import gpt2np.cli.app as cli
+
+    assert cli.main(["info", "--model", "124M"]) == 0
+    text = capsys.readouterr().out
+    assert cli.main(["info", "--model", "124M", "--json"]) == 0
+    return text, json.loads(capsys.readouterr().out)
+
+
+def hashed(monkeypatch) -> list[pathlib.Path]:
+    """The files hashed from now on (spied on, still hashed)."""
+    seen: list[pathlib.Path] = []
+    real = digests._sha256
+
+    def spy(path: pathlib.Path):
+        seen.append(path)
+        return real(path)
+
+    monkeypatch.setattr(digests, "_sha256", spy)
+    return seen
+
+
+def test_a_random_checkpoint_in_models_124m_is_not_called_openais(copied, capsys, monkeypatch):
+    text, data = info(capsys)
+    assert "as released" not in text and "as released" not in json.dumps(data)
+    wanted = "not OpenAI's published 124M weights"
+    assert f"weights     {wanted}: " in text and "differs from OpenAI's published file" in text
+    assert data["weights"].startswith(wanted) and data["dtype"] == "float32"
+    import gpt2np
+    from gpt2np import api
+
+    monkeypatch.setattr(api, "_WARNED", set())
+    with pytest.warns(UserWarning, match=wanted) as warned:
+        gpt2np.load("124M", progress=False)
+    assert len([w for w in warned if wanted in str(w.message)]) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once: the second load says nothing
+        gpt2np.load("124M", progress=False)
+
+
+def test_the_verdict_is_computed_once_and_an_edited_file_is_hashed_again(copied, capsys,
+                                                                         monkeypatch):  # fmt: skip
+    seen = hashed(monkeypatch)
+    info(capsys)
+    assert seen, "the first look hashes the files"
+    assert (copied.parent.parent / "cache" / digests.PROVENANCE_FILE).is_file()
+    seen.clear()
+    info(capsys)
+    import gpt2np
+
+    with pytest.warns(UserWarning, match="not OpenAI's published"):
+        gpt2np.load("124M", progress=False)
+    assert seen == []  # the cached verdict, from info and from load alike
+    with open(copied / "model.ckpt.meta", "ab") as f:  # an edited file
+        f.write(b" ")
+    info(capsys)
+    assert seen, "an edited file is checked again"
+
+
+def test_files_with_the_pinned_digests_are_openais(copied, capsys, monkeypatch):
+    pins = {name: sha256((copied / name).read_bytes()) for name in MODEL_FILES}
+    monkeypatch.setitem(digests.RELEASE_SHA256, "124M", pins)
+    import gpt2np
+    from gpt2np import api
+
+    monkeypatch.setattr(api, "_WARNED", set())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning
+        gpt2np.load("124M", progress=True)  # the load that hashes the files says so
+        assert "124M: OpenAI's published 124M weights (SHA-256 checked)" in capsys.readouterr().err
+        gpt2np.load("124M", progress=True)  # a later one does not
+        assert "SHA-256 checked" not in capsys.readouterr().err
+    text, _ = info(capsys)
+    assert "weights     OpenAI's published 124M weights (SHA-256 checked)" in text, text
+    (copied / "model.ckpt.meta").write_bytes(b"another graph")  # edited after the check
+    assert info(capsys)[1]["weights"].startswith("not OpenAI's published 124M weights")
+
+
+def test_a_size_without_pins_is_not_verified(copied, capsys, monkeypatch):
+    monkeypatch.delitem(digests.RELEASE_SHA256, "124M")
+    text, data = info(capsys)
+    assert "as released" not in text
+    assert data["weights"] == "not verified (gpt2np knows no published digests for 124M)"

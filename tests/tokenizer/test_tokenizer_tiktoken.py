@@ -3,8 +3,10 @@
 Transcribed from tiktoken 0.14.0's tests/ (test_encoding.py, test_offsets.py, test_pickle.py,
 test_simple_public.py, test_misc.py; the test names are kept). Where a test is written for
 another encoding (cl100k_base, o200k_base), the gpt2 version checks the same property, with
-gpt2's ids from tiktoken. Left out: the tests of private names (``_encode_bytes``, ``_pat_str``,
-``_mergeable_ranks``) and of tiktoken's registry of other encodings.
+gpt2's ids from tiktoken. The private names that users build and extend encodings with
+(``_pat_str``, ``_mergeable_ranks``, ``_special_tokens``, ``_encode_bytes``) are tested too;
+test_pickle's custom encoding, built by tiktoken from them, needs tiktoken (the oracle tier).
+Left out: tiktoken's registry of other encodings.
 
 The default tier runs each against gpt2np alone (the published ids and the properties the tests
 state); the ``oracle`` tier builds tiktoken's genuine "gpt2" encoding offline (its own loader,
@@ -110,6 +112,29 @@ def test_basic_roundtrip(enc: Tokenizer) -> None:
                   "请考试我的软件！12345"):  # fmt: skip
         assert value == enc.decode(enc.encode(value))
         assert value == enc.decode(enc.encode_ordinary(value))
+
+
+def test_encode_bytes(enc: Tokenizer) -> None:
+    """(cl100k_base in tiktoken) A text cut inside a character, with gpt2's ids from tiktoken:
+    the last piece and the stray byte are one BPE piece."""
+    assert enc._encode_bytes(b" \xec\x8b\xa4\xed") == [23821, 233, 97, 169]
+    for i in range(10):
+        bytestring = b"\x80" * i
+        assert enc.decode_bytes(enc._encode_bytes(bytestring)) == bytestring
+
+
+@MAX_EXAMPLES
+@given(bytestring=st.binary())
+def test_hyp_encode_bytes(enc: Tokenizer, bytestring: bytes) -> None:
+    assert enc.decode_bytes(enc._encode_bytes(bytestring)) == bytestring
+
+
+def test_encode_bytes_of_text_is_encode_ordinary(enc: Tokenizer) -> None:
+    for text in ("hello world", "请考试我的软件！12345", "<|endoftext|> a", "  \n\t x"):
+        assert enc._encode_bytes(text.encode()) == enc.encode_ordinary(text)
+    assert enc._encode_bytes(bytearray(b"hello")) == [31373]
+    with pytest.raises(TypeError, match="must be bytes"):
+        enc._encode_bytes("hello")  # type: ignore[arg-type]
 
 
 @MAX_EXAMPLES
@@ -220,6 +245,21 @@ def test_pickle(enc: Tokenizer) -> None:
     enc_new = pickle.loads(pickle.dumps(enc))
     assert enc.encode("hello world") == enc_new.encode("hello world")
     assert enc_new.name == "gpt2"
+
+
+def test_private_names_describe_the_encoding(enc: Tokenizer) -> None:
+    """test_pickle builds an encoding from ``_pat_str`` and ``_mergeable_ranks``: the pattern
+    cuts text into the pieces gpt2np encodes, and the ranks are the ordinary tokens' ids."""
+    import regex
+
+    from gpt2np.tokenizer.bpe import pretokenize
+
+    text = "Hello  world's 12 ünïcode!\n\n  end "
+    assert regex.findall(enc._pat_str, text) == pretokenize(text)
+    ranks = enc._mergeable_ranks
+    assert len(ranks) == enc.n_vocab - 1 and sorted(ranks.values()) == list(range(50256))
+    assert all(enc.decode_single_token_bytes(i) == data for data, i in ranks.items())
+    assert enc._special_tokens == {"<|endoftext|>": 50256}
 
 
 def test_encoding_for_model(enc: Tokenizer) -> None:
@@ -404,3 +444,54 @@ def test_unknown_single_tokens_raise_key_errors_like_tiktoken(enc: Tokenizer, tt
             tt.encode_single_token(bad)
         with pytest.raises(KeyError):
             enc.encode_single_token(bad)
+
+
+@pytest.mark.oracle
+def test_pickle_of_an_encoding_built_from_the_private_names(enc: Tokenizer) -> None:
+    """tiktoken's test_pickle, its custom encoding built from gpt2np's names."""
+    tiktoken = pytest.importorskip("tiktoken")
+    enc_old = tiktoken.Encoding(
+        name="custom_enc",
+        pat_str=enc._pat_str,
+        mergeable_ranks=enc._mergeable_ranks,
+        special_tokens={"<|pickle|>": 100_000},
+    )
+    enc_new = pickle.loads(pickle.dumps(enc_old))
+    assert enc_old.encode("hello world") == enc_new.encode("hello world") == [31373, 995]
+    assert (
+        enc_old.encode("<|pickle|>", allowed_special="all")
+        == enc_new.encode("<|pickle|>", allowed_special="all")
+        == [100_000]
+    )
+
+
+@pytest.fixture(scope="module")
+def built(enc: Tokenizer):
+    """A tiktoken encoding built from gpt2np's private names, as users extend encodings."""
+    tiktoken = pytest.importorskip("tiktoken")
+    return tiktoken.Encoding(
+        name="built",
+        pat_str=enc._pat_str,
+        mergeable_ranks=enc._mergeable_ranks,
+        special_tokens=enc._special_tokens,
+    )
+
+
+@pytest.mark.oracle
+@MAX_EXAMPLES
+@given(text=st.lists(st.one_of(TEXT, st.just("<|endoftext|>")), max_size=4).map("".join))
+def test_an_encoding_built_from_the_private_names_gives_gpt2nps_ids(
+    enc: Tokenizer, built, text: str
+) -> None:
+    assert built.encode(text, allowed_special="all") == enc.encode(text, allowed_special="all")
+
+
+# Bytes that are mostly text, cut and spliced anywhere: UTF-8 broken in every way.
+BYTES = st.lists(st.one_of(st.binary(max_size=4), TEXT.map(str.encode)), max_size=6).map(b"".join)
+
+
+@pytest.mark.oracle
+@MAX_EXAMPLES
+@given(bytestring=st.one_of(st.binary(), BYTES))
+def test_encode_bytes_equals_tiktoken(enc: Tokenizer, tt, bytestring: bytes) -> None:
+    assert enc._encode_bytes(bytestring) == tt._encode_bytes(bytestring)

@@ -26,6 +26,7 @@ import pathlib
 import sys
 from typing import Any
 
+from ..errors import CheckpointError
 from ..golden import dump
 from ..golden.diff import PRECISIONS, compare
 from ..golden.diff.engine import CHECKED_KEYS
@@ -293,8 +294,10 @@ def run_dump_sampler(args: argparse.Namespace) -> int:
     """Write the sampler golden file, print one summary line."""
     import numpy as np
 
+    from ..golden.npy import read_header
     from ..golden.reader import open_file
-    from ..golden.sampler import Setting, dump_sampler
+    from ..golden.sampler import Setting, dump_sampler, golden_bytes
+    from ..support.sizes import check_bytes
 
     setting = Setting(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
@@ -304,6 +307,14 @@ def run_dump_sampler(args: argparse.Namespace) -> int:
     logits = None
     if args.logits is not None:
         with open_file(args.logits) as f:
+            try:  # the header's shape is checked before np.load allocates it
+                shape = read_header(f.read).shape
+            except ValueError as e:
+                raise CheckpointError(f"{args.logits}: {e}") from None
+            if len(shape) == 2:
+                check_bytes(golden_bytes(*shape), f"a sampler golden of logits {list(shape)}",
+                            args.logits)  # fmt: skip
+            f.seek(0)
             logits = np.load(f, allow_pickle=False)
     m = dump_sampler(
         args.out, setting, logits, steps=args.steps, n_vocab=args.vocab, seed=args.seed

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import codecs
 import os
-import stat
 import sys
 from collections.abc import Iterator
 from typing import Any
 
-from ..support.bounded_read import file_kind, open_regular
+from ..support.bounded_read import check_stdin, open_regular
 
 __all__ = [
     "MAX_ARG_BYTES",
@@ -160,7 +159,7 @@ def _stdin_blocks() -> Iterator[bytes]:
     except (AttributeError, OSError, ValueError):  # an in-memory stream (tests, notebooks)
         fd = None
     if fd is not None:
-        _check_stdin(fd)
+        check_stdin(fd, InputError)
     buffer = getattr(stream, "buffer", stream)
     read = getattr(buffer, "read1", None) or buffer.read  # read1: what a pipe has, no waiting
     while True:
@@ -168,27 +167,6 @@ def _stdin_blocks() -> Iterator[bytes]:
         if not block:
             return
         yield block
-
-
-def _check_stdin(fd: int) -> None:
-    """stdin may be a regular file, a pipe or FIFO, a socket, a terminal or /dev/null."""
-    mode = os.fstat(fd).st_mode
-    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd):
-        return
-    if stat.S_ISCHR(mode) and _is_devnull(fd):
-        return
-    try:  # Linux names what stdin is: "/dev/zero"
-        where = f" ({os.readlink(f'/proc/self/fd/{fd}')})"
-    except OSError:
-        where = ""
-    raise InputError(f"<stdin> is {file_kind(mode)}{where}, not a file or a pipe")
-
-
-def _is_devnull(fd: int) -> bool:
-    try:
-        return os.fstat(fd).st_rdev == os.stat(os.devnull).st_rdev
-    except (OSError, AttributeError):
-        return False
 
 
 def _mib(n: int) -> str:

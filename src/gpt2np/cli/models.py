@@ -80,9 +80,10 @@ def run_info(args: argparse.Namespace) -> int:
     from ..checkpoint.conversion_cache import default_cache_dir
     from ..hparams import HPARAMS
     from ..sources.openai import KNOWN_NAMES, missing_files, model_dir, resolve_name
+    from ..sources.openai_release_digests import provenance
 
     path = pathlib.Path(expand_user(args.model, "--model"))  # ~nosuchuser: a ValueError
-    source, text_use, downloaded = None, None, None
+    source, text_use, downloaded, weights = None, None, None, None
     if path.exists() or args.model not in KNOWN_NAMES:  # a directory, or a Hub repo
         model = load_model(args.model, None, args.revision, progress_of(args))
         hparams, dtype, source = model.hparams, str(model.dtype), model.source
@@ -92,10 +93,11 @@ def run_info(args: argparse.Namespace) -> int:
         name = resolve_name(args.model)  # ValueError naming the known names
         where = str(model_dir(name))
         downloaded = not missing_files(where)
-        hparams, dtype = HPARAMS[name], "float32 (as released)"
+        hparams, dtype = HPARAMS[name], "float32"
+        weights = provenance(where, name, default_cache_dir()).text if downloaded else None
     info: dict[str, Any] = {"model": args.model, "files": where}
     if downloaded is not None:
-        info["downloaded"] = downloaded
+        info |= {"downloaded": downloaded, "weights": weights}
     if source is not None:
         info |= {"revision": source.revision, "commit": source.commit, "offline": source.offline}
         info["hub_files"] = {name: str(file) for name, file in source.files.items()}
@@ -127,6 +129,8 @@ def _print_info(info: dict[str, Any]) -> None:
         print(f"{key:<11} {value}")
     print(f"parameters  {info['parameters']:,}")
     print(f"dtype       {info['dtype']}")
+    if info.get("weights") is not None:
+        print(f"weights     {info['weights']}")
     if info["text"] is not None:
         print(f"text        {info['text']}")
 

@@ -5,7 +5,8 @@ generation option, defined once: name, default, check, help), ``sampling`` (gree
 temperature and the filters: top-k, top-p, min-p, typical, epsilon, eta), ``processors`` (the
 rules that change a row's logits, and :func:`batched` for your own of the whole batch),
 ``beam`` (beam search), ``continuation`` (what one continuation collects as it goes),
-``completion`` (:class:`Completion`, the result with log-probs).
+``completion`` (:class:`Completion`, the result with log-probs), ``results`` (what
+``generate`` returns, as a type checker infers it from the arguments).
 """
 
 from __future__ import annotations

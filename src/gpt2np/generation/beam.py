@@ -119,6 +119,13 @@ def beam_search(
     return [s.finished[:num_return] for s in searches]
 
 
+def per_length(score: float, length: int, length_penalty: float) -> float:
+    """score / length ** length_penalty in float64, as HF's tensors compute it: a power beyond
+    float64's range is inf (or 0), not Python's OverflowError (or ZeroDivisionError)."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        return float(np.float64(score) / np.power(np.float64(length), length_penalty))
+
+
 @dataclass(frozen=True)
 class _Rules:
     """The logit rules and what they need besides each beam's ids."""
@@ -174,7 +181,7 @@ class _Search:
             is_end = j in rules.ends
             if (last or is_end) and rank < K:
                 record = self._extend(b, j, reported, logprobs, keep_token=not is_end)
-                record.score = float(total[b, j]) / (step + 1) ** length_penalty
+                record.score = per_length(float(total[b, j]), step + 1, length_penalty)
                 record.eot = is_end
                 new_finished.append(record)
             elif not (last or is_end) and len(running) < K:
@@ -212,5 +219,5 @@ class _Search:
             self.done = True
             return
         L = max_new_tokens if early_stopping == "never" and length_penalty > 0 else step + 1
-        best_possible = self.scores.max() / L**length_penalty
+        best_possible = per_length(float(self.scores.max()), L, length_penalty)
         self.done = best_possible <= self.finished[-1].score

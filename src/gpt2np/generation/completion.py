@@ -32,6 +32,8 @@ import dataclasses
 import math
 from typing import Any, Callable, Optional
 
+from ..support.html import table
+
 __all__ = ["FINISH_REASONS", "LOGPROBS_MODES", "Completion"]
 
 #: Why a continuation ended: max_new_tokens (or max_time) reached, a stop string or a stopping
@@ -142,14 +144,35 @@ class Completion:
         return self.table()
 
     def __repr__(self) -> str:
+        """One short line: the text's first 60 characters and the number of ids, not all of
+        them (``str()`` and the notebook show the table)."""
+        text = self.text if self.text is None or len(self.text) <= 60 else self.text[:60] + "…"
         return (
-            f"Completion(text={self.text!r}, ids={self.ids}, finish_reason="
+            f"Completion(text={text!r}, {len(self.ids)} ids, finish_reason="
             f"{self.finish_reason!r}, logprob={self.logprob:.4f})"
         )
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
-        """IPython and Jupyter show the table."""
+        """IPython's terminal shows the table."""
         printer.text(self.table())
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows the table as HTML: a row per token (the first 20)."""
+        k = max((len(t) for t in self.top_logprobs), default=0)
+        caption = self.table(max_rows=0).split("\n")[0]
+        if self.text is not None:
+            caption += f": {self.text!r}"
+        return table(caption, ["#", "token", "id", "logprob", "prob"] + ([f"top {k}"] if k else []),
+                     map(self._cells, range(len(self.ids))), len(self.ids))  # fmt: skip
+
+    def _cells(self, i: int) -> list[str]:
+        lp = self.token_logprobs[i]
+        index = f"p{i}" if i < self.n_prompt else str(i - self.n_prompt)
+        cells = [index, self._text(self.ids[i]), str(self.ids[i])]
+        cells += ["-", "-"] if lp is None else [f"{lp:.3f}", _percent(math.exp(lp)).strip()]
+        if any(self.top_logprobs):
+            cells.append(" | ".join(f"{self._text(t)} {v:.3f}" for t, v in self.top_logprobs[i]))
+        return cells
 
 
 def _finite(v: Optional[float]) -> Optional[float]:

@@ -2,10 +2,10 @@
 
 :data:`OPTIONS` is the one definition (as HF transformers' ``GenerationConfig`` is theirs). The
 rest follows from it or is tested equal to it: the keyword arguments of
-:meth:`gpt2np.GPT2.generate` (written out, so that ``help()``, a notebook's tab completion and
-mypy see them; tests/generation/test_loop.py checks names, defaults, order and types against this
-table), the signatures of :func:`gpt2np.generation.loop.generate` and :func:`gpt2np.generate`
-(made from it), their help text, the ``gpt2np generate`` flags (``gpt2np.cli.generate`` adds
+:meth:`gpt2np.GPT2.generate`, :func:`gpt2np.generation.loop.generate` and
+:func:`gpt2np.generate` (their signatures, made from it), the overloads that type their results
+(:mod:`gpt2np.generation.results`, tested to name these options with these defaults), their
+help text, the ``gpt2np generate`` flags (``gpt2np.cli.generate`` adds
 one per option that has a :class:`Flag`, with this help and this check), and
 :func:`check_args`, the one validator of the library and the command line.
 
@@ -351,6 +351,7 @@ class Options:
     num_beams: int
     length_penalty: float
     early_stopping: Union[bool, str]
+    from_config: frozenset[str] = frozenset()  # the options generation_config.json gave
 
     def new_tokens(self, longest: int) -> int:
         """max_new_tokens, or for max_length: what is left after the longest prompt."""
@@ -439,7 +440,7 @@ def _resolve(values: dict[str, Any], from_config: set[str], is_text: bool) -> Op
         pad_token_id=values["pad_token_id"] or 0, logprobs=values["logprobs"],
         logprobs_mode=values["logprobs_mode"], echo=values["echo"], stream=values["stream"],
         num_beams=values["num_beams"] or 1, length_penalty=_or(values["length_penalty"], 1.0),
-        early_stopping=_or(values["early_stopping"], False),
+        early_stopping=_or(values["early_stopping"], False), from_config=frozenset(from_config),
     )  # fmt: skip
 
 

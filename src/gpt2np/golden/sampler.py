@@ -34,6 +34,8 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from .._version import __version__
+from ..support.checks import check_int
+from ..support.sizes import check_bytes
 from .kinds import SAMPLER_FORMAT
 from .npy import ALIGN
 from .writer import write_tensors
@@ -57,6 +59,12 @@ STAGES = ("penalized", "tempered", "top_k", "top_p", "min_p")
 #: Synthetic logits keep every filter's boundary at least this far (relative) from a tie that
 #: float32 rounding could break the other way.
 MARGIN = 1e-4
+#: Rows drawn at most for each synthetic step before the setting is refused (a row misses the
+#: margins with a probability well under one half for any setting that can be met).
+MAX_DRAWS = 1000
+#: The [steps, V] float64 arrays a sampler golden holds (logits, the stages, probs) and the
+#: working copies of one step: what dump_sampler's size is checked against.
+COPIES = len(STAGES) + 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +178,14 @@ def synthetic_logits(
     rng = np.random.default_rng(seed)
     prompt = np.asarray(prompt, np.int64).reshape(-1)
     rows: list[np.ndarray] = []
+    tries = 0  # rows drawn for this step
     while len(rows) < n_steps:
+        if tries == MAX_DRAWS:
+            raise ValueError(
+                f"no synthetic logits over {n_vocab} ids keep every filter of {s} at least "
+                f"{MARGIN:g} from a tie after {MAX_DRAWS} draws: pass logits (--logits)"
+            )
+        tries += 1
         z = rng.standard_normal(n_vocab) * 1.5
         z[rng.choice(n_vocab, 12, replace=False)] += rng.uniform(3, 8, 12)
         z[prompt[:4]] += 6.0
@@ -179,6 +194,7 @@ def synthetic_logits(
             _tie(z, prompt, s)
         if _clear_margins(penalize(z, prompt, len(prompt), s), s):
             rows.append(z)
+            tries = 0
     return np.stack(rows)
 
 
@@ -201,7 +217,8 @@ def _clear_margins(z: np.ndarray, s: Setting) -> bool:
     order = np.sort(k[np.isfinite(k)])[::-1]
     probs = distribution(order)
     before = np.cumsum(probs) - probs
-    if s.top_p < 1 and np.min(np.abs(before - s.top_p)) < MARGIN:
+    # the first token's mass before it is exactly 0 < top_p: no rounding can remove it
+    if s.top_p < 1 and np.min(np.abs(before[1:] - s.top_p), initial=np.inf) < MARGIN:
         return False
     if s.min_p > 0:
         kept = distribution(top_p(k, s.top_p))
@@ -225,12 +242,21 @@ def dump_sampler(
     :func:`synthetic_logits`); prompt_ids: the history before step 0 (default: 16 ids drawn
     with ``seed``, some among step 0's likely ones); the draws ``u`` come from ``seed``."""
     s = setting if setting is not None else Setting()
-    rng = np.random.default_rng(seed + 1)
     if logits is not None:
-        logits = np.asarray(logits, np.float64)
+        logits = np.asarray(logits)
+        rows = len(logits) if logits.ndim else 1
+        check_bytes(
+            golden_bytes(rows, logits.size // max(rows, 1)),
+            f"a sampler golden of logits {list(logits.shape)}",
+        )
+        logits = logits.astype(np.float64)
         if logits.ndim != 2 or not logits.size or not np.isfinite(logits).all():
             raise ValueError(f"logits must be finite [steps, V], got shape {logits.shape}")
         steps, n_vocab = logits.shape
+    steps, n_vocab = check_int("steps", steps, 1), check_int("n_vocab", n_vocab, 1)
+    seed = check_int("seed", seed, 0)
+    check_bytes(golden_bytes(steps, n_vocab), f"a sampler golden of {steps} steps x {n_vocab} ids")
+    rng = np.random.default_rng(seed + 1)
     if prompt_ids is None:
         prompt_ids = rng.choice(n_vocab, min(16, n_vocab), replace=False)
     prompt = np.asarray(prompt_ids, np.int64).reshape(-1)
@@ -255,12 +281,25 @@ def dump_sampler(
     return manifest
 
 
+def golden_bytes(steps: int, n_vocab: int) -> int:
+    """What writing a sampler golden of ``steps`` x ``n_vocab`` costs in memory, at most: its
+    float64 [steps, V] arrays and each step's arrays of the stages (with NumPy's ~112 bytes
+    an array)."""
+    return steps * (n_vocab * 8 + 112) * COPIES
+
+
 def _run(logits: np.ndarray, prompt: np.ndarray, u: np.ndarray, s: Setting) -> dict[str, Any]:
     """Every step's stages, probs and choice, the history growing by the golden's choices."""
     out: dict[str, list[Any]] = {name: [] for name in (*STAGES, "probs", "chosen")}
     history = list(prompt)
     for i, row in enumerate(logits):
-        step = reference_step(row, np.array(history, np.int64), len(prompt), s)
+        with np.errstate(over="ignore", invalid="ignore"):
+            step = reference_step(row, np.array(history, np.int64), len(prompt), s)
+        if not (np.isfinite(step["probs"]).all() and step["probs"].sum() > 0):
+            raise ValueError(
+                f"logits step {i}: the penalized logits / temperature {s.temperature:g} overflow "
+                "float64, so no distribution can be drawn from: scale the logits down"
+            )
         for name, value in step.items():
             out[name].append(value)
         chosen = choose(step["probs"], float(u[i]))

@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from ..errors import CheckpointError
+from ..support.sizes import check_bytes
 from .diff.tolerance import tolerance
 from .kinds import SAMPLER_FORMAT
 from .reader import Source, open_source
@@ -92,8 +93,14 @@ class SamplerReport:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
 
+#: The golden's tensors and the shape each must have: S steps, V ids, P prompt ids.
+_SHAPES = {"logits": "SV", "prompt_ids": "P", "u": "S", **{n: "SV" for n in STAGES},
+           "probs": "SV", "chosen": "S"}  # fmt: skip
+
+
 class _Golden:
-    """The golden file's inputs and stages, read whole (they are [steps, V])."""
+    """The golden file's inputs and stages, read whole (they are [steps, V]) once their
+    headers say they have the golden's shapes and fit in memory; ids checked in [0, V)."""
 
     def __init__(self, g: Source) -> None:
         m = g.manifest or {}
@@ -103,12 +110,63 @@ class _Golden:
             self.setting = Setting(**m["setting"])
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointError(f"{g.label}: bad sampler setting: {e}") from None
-        self.t = {n: np.asarray(g.read(n)) for n in ("logits", "prompt_ids", "u", *STAGES,
-                                                      "probs", "chosen")}  # fmt: skip
-        self.steps = len(self.t["chosen"])
+        self.shape = _golden_shapes(g)
+        self.t = {n: np.asarray(g.read(n)) for n in _SHAPES}
+        for name in ("logits", *STAGES, "probs", "u"):
+            if self.t[name].dtype.kind != "f":
+                raise CheckpointError(f"{g.label}: {name} is {self.t[name].dtype}, not floats")
+        probs = self.t["probs"]
+        if not (np.isfinite(probs).all() and (probs >= 0).all() and (probs.sum(axis=-1) > 0).all()):
+            raise CheckpointError(f"{g.label}: probs is not a distribution in every step (NaN, "
+                                  "negative, or all zero)")  # fmt: skip
+        for name in ("prompt_ids", "chosen"):
+            ids = self.t[name]
+            if ids.dtype.kind not in "iu" or (ids.size and not 0 <= ids.min() <= ids.max() <
+                                              self.shape["V"]):  # fmt: skip
+                raise CheckpointError(f"{g.label}: {name} must be ids in [0, {self.shape['V']})")
+        self.steps = self.shape["S"]
 
     def history(self, i: int) -> np.ndarray:
         return np.concatenate([self.t["prompt_ids"], self.t["chosen"][:i]]).astype(np.int64)
+
+
+def _golden_shapes(g: Source) -> dict[str, int]:
+    """{S, V, P} from the golden's headers (no data read), every tensor present and of its
+    shape, their bytes (read whole, and their float64 copies) within memory."""
+    missing = [n for n in _SHAPES if n not in g.names]
+    if missing:
+        raise CheckpointError(f"{g.label}: a sampler golden holds {', '.join(missing)}: absent")
+    headers = {n: g.header(n) for n in _SHAPES}
+    dims = {"S": headers["chosen"].shape[:1], "V": headers["logits"].shape[1:2],
+            "P": headers["prompt_ids"].shape[:1]}  # fmt: skip
+    size = {k: int(v[0]) if v else 0 for k, v in dims.items()}
+    for name, axes in _SHAPES.items():
+        want = tuple(size[a] for a in axes)
+        if headers[name].shape != want:
+            raise CheckpointError(f"{g.label}: {name} is {list(headers[name].shape)}, expected "
+                                  f"{list(want)} ({' '.join(axes)})")  # fmt: skip
+    total = sum(max(h.nbytes, h.size * 8) for h in headers.values())
+    check_bytes(2 * total, "its tensors", g.label)
+    return size
+
+
+def _read_port(p: Source, gold: _Golden) -> dict[str, np.ndarray]:
+    """The port's stages, probs and chosen, each read only once its header has the golden's
+    shape (a port file may declare any shape, and deflate it to nothing)."""
+    missing = [n for n in ("probs", "chosen") if n not in p.names]
+    if missing:
+        raise ValueError(f"{p.label} lacks {', '.join(missing)}: a port writes at least "
+                         "probs [steps, V] and chosen [steps]")  # fmt: skip
+    names = [n for n in (*STAGES, "probs", "chosen") if n in p.names]
+    for name in names:
+        shape, want = tuple(p.header(name).shape), gold.t[name].shape
+        if shape != want:
+            raise ValueError(f"port {name} is {list(shape)}, the golden's {list(want)}")
+    out = {n: np.asarray(p.read(n)) for n in names}
+    for name, a in out.items():
+        if a.dtype.kind not in ("iu" if name == "chosen" else "iuf"):
+            raise ValueError(f"port {name} is {a.dtype}, not numbers")
+    return out
 
 
 def compare_sampler(
@@ -123,13 +181,8 @@ def compare_sampler(
     precision, rtol, atol = tolerance(precision, rtol, atol)
     with open_source(golden, "<in-memory golden>") as g, open_source(port, "<in-memory port>") as p:
         gold = _Golden(g)
-        missing = [n for n in ("probs", "chosen") if n not in p.names]
-        if missing:
-            raise ValueError(f"{p.label} lacks {', '.join(missing)}: a port writes at least "
-                             "probs [steps, V] and chosen [steps]")  # fmt: skip
-        port_t = {n: np.asarray(p.read(n)) for n in (*STAGES, "probs", "chosen") if n in p.names}
+        port_t = _read_port(p, gold)
         labels = (g.label, p.label)
-    _check_shapes(gold, port_t)
     findings: list[tuple[int, str, str]] = []
     hints: list[str] = []
     for i in range(gold.steps):
@@ -139,13 +192,6 @@ def compare_sampler(
             if not hints:
                 hints = _variants(i, gold, port_t["probs"][i], rtol, atol)
     return SamplerReport(*labels, gold.steps, findings, hints, precision, rtol, atol)
-
-
-def _check_shapes(gold: _Golden, port: dict[str, np.ndarray]) -> None:
-    for name, a in port.items():
-        want = gold.t[name].shape
-        if a.shape != want:
-            raise ValueError(f"port {name} is {list(a.shape)}, the golden's {list(want)}")
 
 
 def _step(i: int, gold: _Golden, port: dict[str, np.ndarray], rtol: float, atol: float) -> Any:

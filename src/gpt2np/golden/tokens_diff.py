@@ -18,13 +18,17 @@ import pathlib
 from typing import Any, Optional, Union
 
 from ..errors import CheckpointError
-from ..support.bounded_read import read_small_file
+from ..support.bounded_read import open_regular, read_small_file
 from .tokens import OPENAI_PATTERN, TOKENIZER_FORMAT
 
-__all__ = ["TokenizerReport", "compare_tokenizer", "read_tokenizer_golden"]
+__all__ = ["TokenizerReport", "compare_tokenizer", "json_values", "read_tokenizer_golden"]
 
 #: A tokenizer golden (or port) file larger than this is refused.
 MAX_BYTES = 512 << 20
+#: A tokenizer golden holding more JSON values than this is refused before it is parsed (a
+#: parsed value costs up to ~100 bytes: this bounds a golden at well under 1 GiB); a port's
+#: file may hold twice its golden's values, and 4096 more.
+MAX_VALUES = 8 << 20
 Where = Union[str, "os.PathLike[str]", dict[str, Any]]
 
 
@@ -87,30 +91,148 @@ class TokenizerReport:
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
 
 
-def read_tokenizer_golden(x: Where, what: str = "tokenizer golden") -> tuple[dict[str, Any], str]:
-    """A tokenizer golden (or a port's file): a path or a dict; (the document, a label)."""
+def read_tokenizer_golden(
+    x: Where, what: str = "tokenizer golden", max_values: Optional[int] = None
+) -> tuple[dict[str, Any], str]:
+    """A tokenizer golden (or a port's file): a path or a dict; (the document, a label).
+
+    A file may hold at most :data:`MAX_BYTES` bytes and ``max_values`` JSON values (default
+    :data:`MAX_VALUES`), counted from its brackets and commas before it is parsed: what a
+    parsed file costs grows with its values, not its bytes (a 3-byte ``[],`` is a 64-byte
+    list)."""
+    doc, label, _ = _load(x, what, MAX_BYTES, max_values)
+    return doc, label
+
+
+def _load(
+    x: Where, what: str, max_bytes: int, max_values: Optional[int]
+) -> tuple[dict[str, Any], str, tuple[int, int]]:
+    """(document, label, (bytes, values)) of a file or a dict, refused over either bound."""
     if isinstance(x, dict):
         doc, label = x, f"<in-memory {what}>"
+        data = json.dumps(doc, ensure_ascii=False, default=repr).encode("utf-8")
+        size = (len(data), json_values(data))
     else:
         label = os.fspath(x)
+        if max_bytes < MAX_BYTES and _size(label) > max_bytes:
+            raise CheckpointError(f"{label}: {_size(label):,} bytes, more than a {what} of its "
+                                  f"golden's cases may hold ({max_bytes:,}: 16 times the "
+                                  "golden's bytes, and 1 MiB more)")  # fmt: skip
+        limit = MAX_VALUES if max_values is None else max_values
+        values = _values_in_file(label, max_bytes)  # counted a MiB at a time, before reading
+        if values > limit:
+            raise CheckpointError(
+                f"{label}: holds more JSON values (about {values:,}) than a {what} may "
+                f"({limit:,}{_WHY_LIMIT if max_values is not None else ''})"
+            )
+        data = read_small_file(pathlib.Path(label), max_bytes)  # refuses a larger file unread
+        size = (len(data), json_values(data))
         try:
-            doc = json.loads(read_small_file(pathlib.Path(label), MAX_BYTES).decode("utf-8"))
+            doc = json.loads(data.decode("utf-8"))
         except (ValueError, RecursionError) as e:
             raise CheckpointError(f"{label}: not a JSON {what}: {e}") from None
+        del data
     if not isinstance(doc, dict) or not isinstance(doc.get("cases"), list):
         raise CheckpointError(f"{label}: not a {what}: no 'cases' list")
     for i, case in enumerate(doc["cases"]):
         if not isinstance(case, dict):
             raise CheckpointError(f"{label}: case {i} is not an object")
-    return doc, label
+    return doc, label, size
+
+
+_WHY_LIMIT = ": twice its golden's, and 4096 more: not the golden's shape"
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0  # read_small_file says what is wrong with it
+
+
+def _values_in_file(path: str, max_bytes: int) -> int:
+    """:func:`json_values` of the regular file at ``path``, read a MiB at a time (at most
+    ``max_bytes`` and one more: read_small_file then refuses a larger file)."""
+    containers = commas = seen = 0
+    with os.fdopen(open_regular(path), "rb") as f:
+        while seen <= max_bytes:
+            chunk = f.read(1 << 20)
+            if not chunk:
+                break
+            seen += len(chunk)
+            containers += chunk.count(b"[") + chunk.count(b"{")
+            commas += chunk.count(b",")
+    return 2 * containers + commas + 1
+
+
+def json_values(data: bytes) -> int:
+    """An upper bound on the values (arrays, objects, strings, numbers, ...) of the JSON
+    ``data``, without parsing it: each container holds at most one element more than the
+    commas in it, so values <= 2 x containers + commas + 1 (commas inside strings only make it
+    larger). Linear in the size and allocates nothing."""
+    containers = data.count(b"[") + data.count(b"{")
+    return 2 * containers + data.count(b",") + 1
+
+
+def _check_golden(doc: dict[str, Any], label: str) -> None:
+    """Every case of a tokenizer golden in the shape the comparison reads; a CheckpointError
+    naming the case and the key otherwise."""
+    for i, case in enumerate(doc["cases"]):
+        keys = {"decode": _INTS, "bytes": str, "text": str} if "decode" in case else _TEXT_CASE
+        for key, kind in keys.items():
+            if not _is(case.get(key), kind):
+                raise CheckpointError(
+                    f"{label}: case {i} ({_name(case, i)}): {key!r} is missing "
+                    f"or not {_KIND_NAMES[kind]}"
+                )
+        for k, piece in enumerate(case.get("pieces", ())):
+            for key, kind in _PIECE.items():
+                if not _is(piece.get(key), kind):
+                    raise CheckpointError(
+                        f"{label}: case {i} ({_name(case, i)}), piece {k}: {key!r} "
+                        f"is missing or not {_KIND_NAMES[kind]}"
+                    )
+
+
+_INTS, _STRS, _PIECES, _MERGES = "ints", "strs", "pieces", "merges"
+_KIND_NAMES: dict[Any, str] = {
+    str: "a string", _INTS: "a list of ints", _STRS: "a list of strings",
+    _PIECES: "a list of objects", _MERGES: "a list of [rank, left, right]",
+}  # fmt: skip
+_TEXT_CASE: dict[str, Any] = {"text": str, "pieces": _PIECES, "ids": _INTS}
+_PIECE: dict[str, Any] = {"text": str, "symbols": _STRS, "merges": _MERGES, "tokens": _STRS,
+                          "ids": _INTS}  # fmt: skip
+
+
+def _name(case: dict[str, Any], i: int) -> str:
+    name = str(case.get("name", i))
+    return name if len(name) <= 40 else name[:40] + "…"
+
+
+def _is(value: Any, kind: Any) -> bool:
+    if kind is str:
+        return isinstance(value, str)
+    if not isinstance(value, list):
+        return False
+    if kind == _INTS:
+        return all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    if kind == _STRS:
+        return all(isinstance(v, str) for v in value)
+    if kind == _PIECES:
+        return all(isinstance(v, dict) for v in value)
+    return all(isinstance(m, list) and len(m) == 3 and _is(m[:1], _INTS) and _is(m[1:], _STRS)
+               for m in value)  # fmt: skip
 
 
 def compare_tokenizer(golden: Where, port: Where) -> TokenizerReport:
     """Compare a port's tokenizer output with a tokenizer golden file, case by case."""
-    g, g_label = read_tokenizer_golden(golden)
+    g, g_label, (g_bytes, g_values) = _load(golden, "tokenizer golden", MAX_BYTES, None)
     if g.get("format") != TOKENIZER_FORMAT:
         raise CheckpointError(f"{g_label}: not a tokenizer golden (format {g.get('format')!r})")
-    p, p_label = read_tokenizer_golden(port, "port tokenizer file")
+    _check_golden(g, g_label)
+    # a port's file has the golden's shape: refused unread when it is much larger than that
+    p_bytes = min(MAX_BYTES, 16 * g_bytes + (1 << 20))
+    p, p_label, _ = _load(port, "port tokenizer file", p_bytes, 2 * g_values + 4096)
     findings = []
     for i, case in enumerate(g["cases"]):
         name = str(case.get("name", i))
@@ -165,7 +287,9 @@ def _pieces(golden: list[str], port: list[Any]) -> Found:
     return None
 
 
-def _why_pieces(a: str, b: str) -> str:
+def _why_pieces(a: str, b: Any) -> str:
+    if not isinstance(b, str):
+        return "the port's piece is neither a string nor an object with a 'text' string"
     if any(c.isspace() for c in a + b):
         return (
             "the pre-tokenizer cuts whitespace differently (GPT-2's \\s+(?!\\S) leaves the last "
@@ -197,8 +321,9 @@ def _symbols(k: int, g: dict[str, Any], port: list[Any]) -> Found:
     data, text = g["text"].encode("utf-8"), _show(g["text"])
     for j, (a, b) in enumerate(zip(g["symbols"], port)):
         if a != b:
+            byte = f"0x{data[j]:02X}" if j < len(data) else f"symbol {j}"
             message = (
-                f"piece {k} ({text}): byte 0x{data[j]:02X} is {_show(a)} (U+{ord(a):04X}) in "
+                f"piece {k} ({text}): byte {byte} is {_show(a)} ({_code(a)}) in "
                 f"GPT-2's byte-to-unicode table and {_show(b)} in the port's: a missing or wrong "
                 "entry (bytes that are not printable latin-1 map to U+0100 onwards, in byte order)"
             )
@@ -269,6 +394,10 @@ def _decode(g: dict[str, Any], p: dict[str, Any]) -> Found:
 
 def _show(text: Any) -> str:
     return repr(text) if isinstance(text, str) else repr(text)[:40]
+
+
+def _code(symbol: str) -> str:
+    return f"U+{ord(symbol):04X}" if len(symbol) == 1 else "several characters"
 
 
 def _show_pair(pair: Any) -> str:

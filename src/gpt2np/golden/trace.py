@@ -49,6 +49,7 @@ import numpy as np
 from ..hparams import HParams
 from ..layers import Recorder
 from ..model import forward
+from ..support.html import table
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -163,6 +164,11 @@ class Trace(Mapping[str, np.ndarray]):
 
     def __repr__(self) -> str:
         return f"Trace({len(self)} tensors, ids {list(self.ids.shape)}, T_past {self.T_past})"
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows a table: each tensor's name, shape and dtype (the first 20)."""
+        rows = ((name, list(a.shape), a.dtype) for name, a in self._tensors.items())
+        return table(repr(self), ["name", "shape", "dtype"], rows, len(self))
 
 
 def trace(

@@ -23,10 +23,21 @@ import pathlib
 import sys
 import time
 from collections.abc import Iterator
-from typing import IO, TYPE_CHECKING, Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
+from ..support.bounded_read import check_stdin, open_regular
 from ..support.progress import show_progress, tqdm
-from .records import Document, Loader, Settings, chunks, parse_line, score_documents
+from .records import (
+    CHUNK_DOCS,
+    Document,
+    Loader,
+    LongLine,
+    Settings,
+    chunks,
+    parse_line,
+    read_lines,
+    score_chunk,
+)
 from .records import line_digest as _digest
 from .resume import Output, fingerprint
 
@@ -37,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["CorpusSummary", "score_corpus"]
 
 PathLike = Union[str, "os.PathLike[str]"]
+Line = Union[bytes, LongLine]
 #: Input files with these suffixes are read as plain text (one document per line) by default.
 TEXT_SUFFIXES = (".txt", ".text")
 
@@ -48,7 +60,8 @@ class CorpusSummary:
     documents, errors, tokens: records in the output (all of them, resumed ones included), how
     many of them are errors, and the tokens of the others. new_documents, new_tokens, seconds:
     what this run scored, and in how long. resumed: records that were there before this run;
-    repaired: bytes of a torn last line cut off; worker_deaths: worker processes that died.
+    repaired: bytes cut off (a torn last line, or the records from one scored again);
+    worker_deaths: worker processes that died.
     """
 
     documents: int = 0
@@ -107,9 +120,11 @@ def score_corpus(
     stride, max_len, batch_size: as for :func:`gpt2np.scoring.score` (batch_size's default
         here is as many windows as make 4096 tokens, for each chunk's longest window).
     progress: a bar of documents/s, tokens/s and the time left (None: on a terminal or in a
-        notebook). Raises ValueError when ``out`` holds records of another input, model or
-        settings (and TypeError/ValueError for bad arguments); a bad line of the input is an
-        error record, not an exception.
+        notebook). Raises ValueError, leaving ``out`` untouched, when it holds anything but
+        records of this input, model and settings (a symlink at ``out`` included), and when
+        ``corpus`` is not a regular file (stdin: a file or a pipe); TypeError/ValueError for bad
+        arguments. A bad line of the input (one over MAX_LINE_BYTES too) is an error record,
+        not an exception; an exception while scoring is a ScoringError naming the lines.
     """
     _check_paths_and_jobs(corpus, out, jobs)
     if callable(model):
@@ -127,9 +142,12 @@ def score_corpus(
     settings = Settings(format, field, id_field, stride, max_len, batch_size)
     settings = settings.resolved(loaded.hparams.n_ctx)
     with _InputLines(corpus) as lines, Output(out, fingerprint(loaded, settings)) as output:
-        summary = CorpusSummary(repaired=output.repaired)
-        _check_prefix(output, lines, summary)
-        docs = (parse_line(n, raw, settings) for n, raw in enumerate(lines, summary.resumed + 1))
+        summary = CorpusSummary()
+        block = _check_prefix(output, lines, summary)  # nothing of OUTPUT is cut before this
+        summary.repaired = output.resume(summary.resumed)
+        rest = _rest(block, lines)
+        start = summary.resumed - len(block) + 1  # a multiple of CHUNK_DOCS, plus one
+        docs = (parse_line(n, raw, settings) for n, raw in enumerate(rest, start))
         show = show_progress(progress)
         with tqdm(total=_count_lines(corpus) if show else None, initial=summary.resumed,
                   unit=" documents", desc="scoring", disable=not show) as bar:  # fmt: skip
@@ -172,7 +190,7 @@ def _score_chunks(
     todo = itertools.chain([first], todo)
     start = time.perf_counter()
     if workers is None:
-        _write((score_documents(model, c, settings) for c in todo), output, summary, bar, start)
+        _write((score_chunk(model, c, settings) for c in todo), output, summary, bar, start)
         return
     with workers() as pool:
         _write(pool.run(todo), output, summary, bar, start)
@@ -186,8 +204,11 @@ def _write(
     bar: Any,
     start: float,
 ) -> None:
-    """Append each record as it comes, count it, and move the bar."""
+    """Append each record as it comes (but those of lines resumed: a chunk that began before
+    the resumed run's first line is scored whole, as an uninterrupted run scores it), count it,
+    and move the bar."""
     for records in results:
+        records = [r for r in records if r["line"] > summary.resumed]
         for record in records:
             output.append(record)
             _count(record, summary, new=True)
@@ -206,10 +227,12 @@ def _count(record: dict[str, Any], summary: CorpusSummary, new: bool) -> None:
         summary.new_tokens += tokens
 
 
-def _check_prefix(output: Output, lines: Iterator[bytes], summary: CorpusSummary) -> None:
+def _check_prefix(output: Output, lines: Iterator[Line], summary: CorpusSummary) -> list[Line]:
     """Read the input's first lines, one per record ``output`` holds, each checked to be the
-    line its record was scored from (ValueError if not)."""
+    line its record was scored from (ValueError if not). -> those lines of the last block of
+    CHUNK_DOCS lines that the records do not fill (the start of the first chunk to score)."""
     afresh = f"delete {output.path} (and {output.side.name}) or write to another file"
+    block: list[Line] = []
     for record in output.records():
         number = record["line"]
         raw = next(lines, None)
@@ -218,48 +241,76 @@ def _check_prefix(output: Output, lines: Iterator[bytes], summary: CorpusSummary
                 f"{output.path} holds a record of line {number}, but the input has only "
                 f"{number - 1} lines: it holds the scores of another input; {afresh}"
             )
-        if record.get("line_sha256") != _digest(raw[:-1] if raw.endswith(b"\n") else raw):
+        digest = raw.digest if isinstance(raw, LongLine) else _digest(raw)
+        if record.get("line_sha256") != digest:
             raise ValueError(
                 f"line {number} of the input is not the line {output.path} scored there (its "
                 f"SHA-256 differs): it holds the scores of another input; {afresh}"
             )
         _count(record, summary, new=False)
         summary.resumed += 1
+        block = [] if (number - 1) % CHUNK_DOCS == 0 else block
+        block.append(raw)
+    return block if len(block) < CHUNK_DOCS else []
+
+
+def _rest(block: list[Line], lines: Iterator[Line]) -> Iterator[Line]:
+    """The lines to score: ``block`` (scored again, not written) and the lines after it, or
+    none when there is no line after it."""
+    following = next(lines, None)
+    if following is None:
+        return iter(())
+    return itertools.chain(block, [following], lines)
 
 
 class _InputLines:
-    """The input's lines as bytes, each with its "\\n" (but perhaps the last); "-" is stdin."""
+    """The input's lines as bytes, without their "\\n" (a line over MAX_LINE_BYTES as a
+    LongLine); "-" is stdin. A FILE must be a regular file, and stdin a file, a pipe, a
+    terminal or /dev/null (:mod:`gpt2np.support.bounded_read`): /dev/zero, /dev/urandom or a
+    FIFO given by name are refused with one line, without reading them."""
 
     def __init__(self, corpus: PathLike) -> None:
-        self.stdin = str(corpus) == "-"
-        self.file: IO[bytes]
-        if self.stdin:
+        self.fd: Optional[int] = None
+        if str(corpus) == "-":
             if sys.stdin is None:
                 raise ValueError("no stdin to read the corpus from")
-            self.file = sys.stdin.buffer
+            stream: Any = getattr(sys.stdin, "buffer", sys.stdin)
+            try:
+                fd: Optional[int] = stream.fileno()
+            except (AttributeError, OSError, ValueError):  # an in-memory stream (tests)
+                fd = None
+            if fd is not None:
+                check_stdin(fd, ValueError)
+            self.read = getattr(stream, "read1", None) or stream.read
         else:
-            self.file = open(corpus, "rb")  # closed by __exit__
+            hint = " (pipe it in and give - instead)"
+            self.fd = opened = open_regular(corpus, ValueError, fifo_hint=hint)
+            self.read = lambda n: os.read(opened, n)
 
-    def __enter__(self) -> Iterator[bytes]:
-        return iter(self.file)
+    def __enter__(self) -> Iterator[Line]:
+        return read_lines(self.read)
 
     def __exit__(self, *exc: object) -> None:
-        if not self.stdin:
-            self.file.close()
+        if self.fd is not None:
+            os.close(self.fd)
 
 
 def _count_lines(corpus: PathLike) -> Optional[int]:
     """The number of lines of a regular file (None for stdin or a pipe): the bar's total."""
-    if str(corpus) == "-" or not pathlib.Path(corpus).is_file():
+    if str(corpus) == "-":
         return None
     n, last = 0, b"\n"
-    with open(corpus, "rb") as f:
-        while block := f.read(1 << 20):
+    fd = open_regular(corpus, ValueError)
+    try:
+        while block := os.read(fd, 1 << 20):
             n += block.count(b"\n")
             last = block[-1:]
+    finally:
+        os.close(fd)
     return n + (last != b"\n")
 
 
 def _resume_notice(path: pathlib.Path, summary: CorpusSummary) -> str:
-    torn = f" (cut off a torn last line of {summary.repaired} bytes)" if summary.repaired else ""
+    torn = (f" (cut off {summary.repaired} bytes: a torn last line, or the records from one "
+            "that is scored again)") if summary.repaired else ""  # fmt: skip
     return f"resuming {path} after line {summary.resumed}{torn}"

@@ -35,7 +35,7 @@ from __future__ import annotations
 import operator
 from typing import TYPE_CHECKING, Any, Optional
 
-from .records import Loader, Settings, chunks, model_for, parse_line, score_documents
+from .records import Loader, Settings, chunks, model_for, parse_line, score_chunk
 
 if TYPE_CHECKING:
     import dask.bag
@@ -85,4 +85,4 @@ def _score_partition(
     model = model_for(loader)
     settings = settings.resolved(model.hparams.n_ctx)
     docs = (parse_line(first + i, line, settings) for i, line in enumerate(lines))
-    return [record for chunk in chunks(docs) for record in score_documents(model, chunk, settings)]
+    return [record for chunk in chunks(docs) for record in score_chunk(model, chunk, settings)]

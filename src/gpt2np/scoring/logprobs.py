@@ -37,6 +37,7 @@ from ..fast.threads import share_rows
 from ..model import forward, head_weight
 from ..runtime.kvcache import KVCache
 from ..support.checks import check_int
+from ..support.html import table
 from ..support.progress import show_progress, tqdm
 
 if TYPE_CHECKING:
@@ -83,6 +84,26 @@ class Score:
     def mean_nll(self) -> float:
         """NLL per scored token in nats (the log of the perplexity)."""
         return self.nll / self.n_scored
+
+    def __repr__(self) -> str:
+        return (f"Score(n_tokens={self.n_tokens}, nll={self.nll:.4f}, "
+                f"perplexity={self.perplexity:.4f})")  # fmt: skip
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows a table: a row per scored token (the first 20)."""
+        caption = (f"{self.n_tokens} tokens, {self.n_scored} scored: NLL {self.nll:.3f}, "
+                   f"perplexity {self.perplexity:.3f}")  # fmt: skip
+        rows = (
+            (
+                i + 1,
+                int(self.ids[i + 1]),
+                int(self.context_len[i]),
+                f"{lp:.3f}",
+                f"{np.exp(lp):.2%}",
+            )
+            for i, lp in enumerate(self.token_logprobs.tolist())
+        )
+        return table(caption, ["#", "id", "context", "logprob", "prob"], rows, self.n_scored)
 
 
 @overload

@@ -16,14 +16,16 @@ line_sha256  the first 16 hex digits of the SHA-256 of the line's bytes (without
              what lets a resumed run check that it continues the same input
 
 A line that cannot be scored gives ``{"line", "id" (if any), "error": reason, "line_sha256"}``
-instead: not UTF-8, not JSON, not an object, ``field`` missing or not a string, an empty text,
-or a text of one token.
+instead: longer than :data:`MAX_LINE_BYTES`, not UTF-8, not JSON, not an object, ``field``
+missing or not a string, an empty text, a text of one token, or an id nested deeper than
+:data:`MAX_ID_DEPTH` levels. A number in an id that a float cannot hold (``1e999``) is kept as
+its source text, a string: JSON has no infinity to write back.
 
 The documents are scored a chunk at a time (:func:`chunks`: at most :data:`CHUNK_DOCS`
 documents or :data:`CHUNK_CHARS` characters), each chunk by one call of the batched, windowed
-:func:`gpt2np.scoring.score`. The chunks depend only on the input, so every way of running
-them (one process, ``jobs`` processes, Dask) batches the same documents together wherever it
-can.
+:func:`gpt2np.scoring.score`. The chunks depend only on the input, not on where a run
+started: they never cross a multiple of :data:`CHUNK_DOCS` lines, so a resumed run scores each
+document in the batch an uninterrupted run scores it in, and writes the same bytes.
 """
 
 from __future__ import annotations
@@ -50,12 +52,20 @@ __all__ = [
     "CHUNK_CHARS",
     "CHUNK_DOCS",
     "FORMATS",
+    "MAX_ID_DEPTH",
+    "MAX_LINE_BYTES",
+    "WORKER_DIED",
     "Document",
+    "LongLine",
+    "ScoringError",
     "Settings",
     "chunks",
     "dumps",
     "model_for",
     "parse_line",
+    "read_lines",
+    "retried",
+    "score_chunk",
     "score_documents",
 ]
 
@@ -64,6 +74,11 @@ __all__ = [
 #: corpus makes many chunks to share among workers, and a killed run loses little work.
 CHUNK_DOCS = 64
 CHUNK_CHARS = 1 << 14
+#: The longest line scored: 1 MiB, about 250,000 tokens of English (minutes of 124M on a CPU).
+#: A longer line becomes an error record, read through without holding more than this of it.
+MAX_LINE_BYTES = 1 << 20
+#: The deepest id copied into a record (arrays and objects in arrays and objects ...).
+MAX_ID_DEPTH = 32
 FORMATS = ("jsonl", "text")
 #: A zero-argument callable that returns the model (``functools.partial(gpt2np.load, path)``).
 Loader = Callable[[], "Runtime"]
@@ -127,9 +142,57 @@ def line_digest(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
-def parse_line(number: int, raw: Union[bytes, str], settings: Settings) -> Document:
+class LongLine(NamedTuple):
+    """A line longer than :data:`MAX_LINE_BYTES`: its size and :func:`line_digest`, not its
+    bytes."""
+
+    size: int
+    digest: str
+
+
+def read_lines(
+    read: Callable[[int], bytes], max_bytes: Optional[int] = None
+) -> Iterator[Union[bytes, LongLine]]:
+    """The lines of a stream (``read(n)``: up to n bytes, b"" at its end), each without its
+    "\\n"; a line longer than ``max_bytes`` (default :data:`MAX_LINE_BYTES`) as a
+    :class:`LongLine`, read through and hashed without holding more than ``max_bytes`` + a
+    block of it."""
+    max_bytes = MAX_LINE_BYTES if max_bytes is None else max_bytes
+    held, long, size = bytearray(), None, 0
+    while block := read(1 << 16):
+        start = 0
+        while (end := block.find(b"\n", start)) >= 0:
+            if long is None and len(held) + end - start <= max_bytes:
+                yield bytes(held + block[start:end])
+            else:
+                long = long or hashlib.sha256()
+                long.update(held)
+                long.update(block[start:end])
+                yield LongLine(size + len(held) + end - start, long.hexdigest()[:16])
+            held, long, size, start = bytearray(), None, 0, end + 1
+        held += block[start:]
+        if len(held) > max_bytes:  # too long: hash it as it comes, and let it go
+            long = long or hashlib.sha256()
+            long.update(held)
+            size += len(held)
+            held = bytearray()
+    if held or long is not None:
+        if long is None:
+            yield bytes(held)
+        else:
+            long.update(held)
+            yield LongLine(size + len(held), long.hexdigest()[:16])
+
+
+def parse_line(number: int, raw: Union[bytes, str, LongLine], settings: Settings) -> Document:
     """Read line ``number`` of the input (its bytes, or its text; one final "\\n" is not part
     of it) as a :class:`Document`. Never raises for what the line holds."""
+    if isinstance(raw, LongLine):
+        why = (f"a line of {raw.size} bytes, longer than the {MAX_LINE_BYTES} bytes "
+               "score-corpus scores (score it alone with gpt2np score)")  # fmt: skip
+        return Document(number, raw.digest, None, False, None, why)
+    if len(raw) > MAX_LINE_BYTES:  # from Dask, or Python: no LongLine there
+        return parse_line(number, LongLine(len(raw), line_digest(_bytes(raw))), settings)
     if isinstance(raw, str):
         raw = raw.encode("utf-8", "surrogateescape")
     if raw.endswith(b"\n"):
@@ -152,7 +215,7 @@ def _parse_json(number: int, digest: str, line: str, settings: Settings) -> Docu
     if not line.strip():
         return Document(number, digest, None, False, None, "empty line")
     try:
-        obj = json.loads(line, parse_constant=_no_constant)
+        obj = json.loads(line, parse_constant=_no_constant, parse_float=_float_or_text)
     except (ValueError, RecursionError) as e:
         why = f"not JSON ({e})" if isinstance(e, ValueError) else "not JSON (nested too deep)"
         return Document(number, digest, None, False, None, why)
@@ -160,23 +223,59 @@ def _parse_json(number: int, digest: str, line: str, settings: Settings) -> Docu
         return Document(number, digest, None, False, None, f"not a JSON object: {_kind(obj)}")
     has_id = settings.id_field is not None and settings.id_field in obj
     doc_id = obj.get(settings.id_field) if has_id and settings.id_field else None
+    if _depth(doc_id) > MAX_ID_DEPTH:
+        why = f"the id {settings.id_field!r} nests deeper than {MAX_ID_DEPTH} levels"
+        return Document(number, digest, None, False, None, why)
     if settings.field not in obj:
         why = f"no field {settings.field!r}"
         return Document(number, digest, doc_id, has_id, None, why)
     text = obj[settings.field]
-    if not isinstance(text, str):
+    if not isinstance(text, str) or isinstance(text, _NumberText):
         why = f"field {settings.field!r} is {_kind(text)}, not a string"
         return Document(number, digest, doc_id, has_id, None, why)
     return Document(number, digest, doc_id, has_id, text, None if text else "empty text")
+
+
+def _bytes(raw: Union[bytes, str]) -> bytes:
+    data = raw.encode("utf-8", "surrogateescape") if isinstance(raw, str) else raw
+    return data[:-1] if data.endswith(b"\n") else data
 
 
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not a JSON value")
 
 
+class _NumberText(str):
+    """The text of a JSON number a float cannot hold: a string in a record, a number still
+    to the checks of what a line holds (a text field of 1e999 is a number, not the text)."""
+
+
+def _float_or_text(text: str) -> Union[float, str]:
+    """A JSON number with a fraction or exponent as a float, or as its text when a float
+    cannot hold it (1e999: JSON cannot write an infinity back)."""
+    value = float(text)
+    return value if math.isfinite(value) else _NumberText(text)
+
+
+def _depth(value: Any) -> int:
+    """How deeply arrays and objects nest in a parsed JSON value, counted without recursion
+    (the value may nest as deep as json.loads allows)."""
+    depth, level = 0, [value]
+    while level:
+        containers = [v for v in level if isinstance(v, (list, dict))]
+        if not containers:
+            break
+        depth += 1
+        if depth > MAX_ID_DEPTH:
+            break
+        level = [x for c in containers for x in (c.values() if isinstance(c, dict) else c)]
+    return depth
+
+
 def _kind(value: object) -> str:
     """The JSON name of a parsed JSON value's type, with its article: "an array"."""
     names: dict[type, str] = {
+        _NumberText: "a number",
         dict: "an object",
         list: "an array",
         str: "a string",
@@ -188,10 +287,15 @@ def _kind(value: object) -> str:
 
 def chunks(documents: Iterable[Document]) -> Iterator[list[Document]]:
     """The documents in order, :data:`CHUNK_DOCS` at a time, or fewer where their texts
-    reach :data:`CHUNK_CHARS` characters."""
+    reach :data:`CHUNK_CHARS` characters; a chunk never holds lines on both sides of a multiple
+    of CHUNK_DOCS, so the chunks of lines from a multiple of CHUNK_DOCS on are always the
+    same."""
     chunk: list[Document] = []
     chars = 0
     for doc in documents:
+        if chunk and (doc.line - 1) % CHUNK_DOCS == 0:  # a chunk never crosses a block of lines
+            yield chunk
+            chunk, chars = [], 0
         chunk.append(doc)
         chars += len(doc.text or "")
         if len(chunk) == CHUNK_DOCS or chars >= CHUNK_CHARS:
@@ -239,7 +343,17 @@ def score_documents(
             records.append(_error(doc, why))
         else:
             records.append(_error(doc, doc.error or "no text"))
-    return records
+    return [_writable(record, doc) for record, doc in zip(records, docs)]
+
+
+def _writable(record: dict[str, Any], doc: Document) -> dict[str, Any]:
+    """``record``, or an error record when JSON cannot write it (whatever its id holds)."""
+    try:
+        dumps(record)
+        return record
+    except (ValueError, TypeError, RecursionError) as e:
+        return {"line": doc.line, "error": f"its id cannot be written as JSON ({e})",
+                "line_sha256": doc.digest}  # fmt: skip
 
 
 def _head(doc: Document) -> dict[str, Any]:
@@ -267,6 +381,35 @@ def _error(doc: Document, why: str) -> dict[str, Any]:
 def error_record(doc: Document, why: str) -> dict[str, Any]:
     """The record of a document that was not scored, for ``why``."""
     return _error(doc, why)
+
+
+#: How the error record of a document whose worker process died twice begins: a rerun of
+#: score-corpus scores such a document again (and the records after it), not keeping it.
+WORKER_DIED = "the worker process scoring this document"
+
+
+def retried(record: dict[str, Any]) -> bool:
+    """Whether a rerun scores the document of ``record`` again (its worker died twice)."""
+    error = record.get("error")
+    return isinstance(error, str) and error.startswith(WORKER_DIED)
+
+
+class ScoringError(ValueError):
+    """An exception while scoring lines of a corpus, with the lines in its message (the
+    exception itself is its ``__cause__``)."""
+
+
+def score_chunk(
+    model: Runtime, docs: Sequence[Document], settings: Settings
+) -> list[dict[str, Any]]:
+    """:func:`score_documents`, with an exception raised as a :class:`ScoringError` naming
+    the lines of ``docs`` (a line is not skipped: a rerun meets the same exception)."""
+    try:
+        return score_documents(model, docs, settings)
+    except Exception as e:
+        first, last = docs[0].line, docs[-1].line
+        lines = f"line {first}" if first == last else f"lines {first}-{last}"
+        raise ScoringError(f"while scoring {lines} of the input: {type(e).__name__}: {e}") from e
 
 
 def dumps(record: dict[str, Any]) -> bytes:

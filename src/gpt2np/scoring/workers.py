@@ -13,7 +13,9 @@ A worker that dies (killed, out of memory, a crash in native code) is reported w
 RuntimeWarning and replaced, and the documents of the chunk it held are scored again, one
 document at a time; a document whose worker dies a second time gets an error record. A worker
 that dies before it has loaded the model, or an exception in a worker, stops the run (the
-exception is raised in the main process). Each worker runs ``cpus // jobs`` threads (BLAS's and
+exception is raised in the main process, once the records of the chunks before are out;
+an exception while scoring names the lines of its chunk, a death while loading is an
+OSError: the command's one line of error). Each worker runs ``cpus // jobs`` threads (BLAS's and
 gpt2np's), unless ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` or ``GPT2NP_NUM_THREADS`` say
 otherwise.
 """
@@ -32,7 +34,7 @@ from typing import Any, NamedTuple, Optional
 
 from ..errors import warn
 from ..fast.threads import default_threads
-from .records import Document, Loader, Settings, error_record, score_documents
+from .records import WORKER_DIED, Document, Loader, Settings, error_record, score_chunk
 
 __all__ = ["WorkerPool"]
 
@@ -73,6 +75,7 @@ class WorkerPool:
         self.done: dict[int, list[dict[str, Any]]] = {}
         self.parts: dict[int, dict[int, dict[str, Any]]] = {}  # retried chunks, by document
         self.sizes: dict[int, int] = {}
+        self.failed: dict[int, Exception] = {}  # chunks whose scoring raised, by number
         self.deaths = 0
         try:
             for i in range(jobs):
@@ -113,6 +116,8 @@ class WorkerPool:
             while out in self.done:
                 yield self.done.pop(out)
                 out += 1
+            if out in self.failed:
+                raise self.failed[out]
             if not more and out == handed:
                 return
             self._wait()
@@ -133,8 +138,12 @@ class WorkerPool:
             except (EOFError, OSError):
                 gone = True
             for kind, payload in messages:
-                if kind == "failed":
-                    raise payload
+                if kind == "failed":  # loading: stop now; a chunk: once those before it are out
+                    task, w.task = w.task, None
+                    if task is None:
+                        raise payload
+                    self.failed.setdefault(task.chunk, payload)
+                    continue
                 if kind == "ready":
                     w.ready = True
                 else:
@@ -157,8 +166,9 @@ class WorkerPool:
     def _replace(self, w: _Worker) -> None:
         w.process.join(5)
         how = _death(w.process.exitcode)
-        if not w.ready:
-            raise RuntimeError(f"a worker process {how} while loading the model")
+        if not w.ready:  # one line from the command, as any error; the records so far are kept
+            raise ChildProcessError(f"a worker process {how} while loading the model (out of "
+                                    "memory?); run the command again to go on")  # fmt: skip
         self.deaths += 1
         self.workers[self.workers.index(w)] = _Worker(w.index, self.loader, self.settings,
                                                       self.threads)  # fmt: skip
@@ -178,10 +188,10 @@ class WorkerPool:
             (doc,) = task.docs
             warn(
                 f"worker {w.index} (pid {w.process.pid}) {how} again while scoring line "
-                f"{doc.line}: that document gets an error record",
+                f"{doc.line}: that document gets an error record, which a rerun scores again",
                 RuntimeWarning,
             )
-            why = f"the worker process scoring this document {how}, twice"
+            why = f"{WORKER_DIED} {how}, twice (a rerun scores it again)"
             self._finish(task, [error_record(doc, why)])
 
     def close(self) -> None:
@@ -233,7 +243,7 @@ def _work(conn: Connection, loader: Loader, settings: Settings) -> None:
         if task is None:
             return
         try:
-            reply = ("done", score_documents(model, task.docs, settings))
+            reply = ("done", score_chunk(model, task.docs, settings))
         except Exception as e:
             reply = ("failed", _sendable(e))
 

@@ -24,21 +24,30 @@ Where the pins come from (no file here was downloaded to make them):
 
 No digests are known here for the data, index and meta files of 355M, 774M and 1558M: for those
 sizes :func:`describe_checkpoint` can say only that a checkpoint has the size's shape.
+
+:func:`provenance` is what ``gpt2np info`` and ``gpt2np.load(SIZE)`` say of ``models/SIZE``:
+OpenAI's published weights, not them, or not verified (no pins). Hashing 124M's files reads
+0.5 GB, so the verdict is kept in ``provenance.json`` in the weights cache, beside each file's
+stamp (device, inode, size, mtime_ns, ctime_ns): a file written or replaced since is hashed
+again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import pathlib
-from typing import Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 from ..errors import CheckpointError
 from ..hparams import HPARAMS, HParams
-from ..support.bounded_read import open_regular
+from ..support.atomic import write_bytes
+from ..support.bounded_read import open_regular, read_json_file
 from ..tokenizer.tokenizer import ENCODER_JSON_SHA256, VOCAB_BPE_SHA256
 
-__all__ = ["RELEASE_SHA256", "describe_checkpoint", "published_release"]
+__all__ = ["RELEASE_SHA256", "Provenance", "describe_checkpoint", "provenance", "published_release"]
 
 #: size -> file -> SHA-256 of the file as OpenAI published it (sizes with all seven known).
 RELEASE_SHA256: dict[str, dict[str, str]] = {
@@ -56,6 +65,8 @@ RELEASE_SHA256: dict[str, dict[str, str]] = {
 }
 
 _BLOCK = 1 << 20
+#: The seven files' names, the same for every size.
+_RELEASE_FILES = tuple(sorted(RELEASE_SHA256["124M"]))
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -92,6 +103,82 @@ def describe_checkpoint(directory: PathLike, name: str) -> str:
     if not shaped:
         return f"a checkpoint that is not {name}-shaped"
     return f"a {name}-shaped checkpoint (not OpenAI's published files: {why})"
+
+
+class Provenance(NamedTuple):
+    """Whether ``models/SIZE`` holds OpenAI's published files: ``published`` is True (every
+    pinned SHA-256 matches), False (pins exist and a file differs) or None (no pins for that
+    size: not verified); ``text`` says it in words; ``fresh`` is True when the files were
+    hashed for this answer (not taken from the cache)."""
+
+    published: Optional[bool]
+    text: str
+    fresh: bool
+
+
+#: The cache file of :func:`provenance`'s verdicts, in the weights cache directory.
+PROVENANCE_FILE = "provenance.json"
+_MAX_CACHE_BYTES = 1 << 20
+
+
+def provenance(directory: PathLike, name: str, cache_dir: Optional[PathLike]) -> Provenance:
+    """Whether ``directory`` holds OpenAI's published files of size ``name``, from the cache in
+    ``cache_dir`` when no file has changed since it was last hashed (``cache_dir`` None: no
+    cache). Never says "as released" of files it has not checked."""
+    key = os.path.abspath(directory)
+    stamps = _stamps(pathlib.Path(directory))
+    cache = pathlib.Path(cache_dir) / PROVENANCE_FILE if cache_dir is not None else None
+    known = _cached(cache, key) if cache is not None else None
+    if known is not None and known.get("name") == name and known.get("stamps") == stamps:
+        return _verdict(name, known.get("why"), fresh=False)
+    why = published_release(directory, name)
+    if cache is not None and _stamps(pathlib.Path(directory)) == stamps:  # none changed meanwhile
+        with contextlib.suppress(OSError, ValueError):  # a cache that cannot be written: no cache
+            _record(cache, key, {"name": name, "stamps": stamps, "why": why})
+    return _verdict(name, why, fresh=True)
+
+
+def _verdict(name: str, why: Optional[str], fresh: bool) -> Provenance:
+    if name not in RELEASE_SHA256:
+        return Provenance(None, f"not verified (gpt2np knows no published digests for {name})",
+                          fresh)  # fmt: skip
+    if why is None:
+        return Provenance(True, f"OpenAI's published {name} weights (SHA-256 checked)", fresh)
+    return Provenance(False, f"not OpenAI's published {name} weights: {why}", fresh)
+
+
+def _stamps(directory: pathlib.Path) -> dict[str, Optional[list[int]]]:
+    """Each release file's stamp, None for one that is missing."""
+    stamps: dict[str, Optional[list[int]]] = {}
+    for file in _RELEASE_FILES:
+        try:
+            st = os.stat(directory / file)
+        except OSError:
+            stamps[file] = None
+            continue
+        stamps[file] = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    return stamps
+
+
+def _cached(cache: pathlib.Path, key: str) -> Optional[dict[str, Any]]:
+    try:
+        entries = read_json_file(cache, _MAX_CACHE_BYTES)
+    except ValueError:  # missing or damaged (a CheckpointError): hash again
+        return None
+    entry = entries.get(key) if isinstance(entries, dict) else None
+    return entry if isinstance(entry, dict) else None
+
+
+def _record(cache: pathlib.Path, key: str, entry: dict[str, Any]) -> None:
+    try:
+        entries = read_json_file(cache, _MAX_CACHE_BYTES)
+    except ValueError:
+        entries = {}
+    if not isinstance(entries, dict):
+        entries = {}
+    entries[key] = entry
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes(cache, json.dumps(entries, indent=1, sort_keys=True) + "\n")
 
 
 def _sha256(path: pathlib.Path) -> Optional[str]:

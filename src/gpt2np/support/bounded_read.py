@@ -25,6 +25,7 @@ from ..errors import CheckpointError
 __all__ = [
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
+    "check_stdin",
     "file_kind",
     "json_depth",
     "open_regular",
@@ -43,19 +44,23 @@ def open_regular(
     *,
     missing: str = "{}: no such file",
     fifo_hint: str = "",
+    append: bool = False,
 ) -> int:
     """A descriptor of the regular file at ``path``, open for reading.
 
     Opened with O_NONBLOCK, so a FIFO does not wait for a writer; then fstat on the open file
     (not the name, which could be swapped in between) must say "regular file". A missing file
     (``missing``, formatted with the name), another kind of file (``fifo_hint`` added for a
-    FIFO) and an OS error are ``error(message)`` naming the file.
+    FIFO) and an OS error are ``error(message)`` naming the file. ``append``: open it to read
+    and append instead, created if missing, never through a symlink (score-corpus's OUTPUT).
     """
     name = os.fspath(path)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     flags |= getattr(os, "O_BINARY", 0)
+    if append:
+        flags |= os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
     try:
-        fd = os.open(name, flags)
+        fd = os.open(name, flags, 0o666)
     except FileNotFoundError:
         raise error(missing.format(name)) from None
     except OSError as e:  # a socket (ENXIO), no permission, a loop of symlinks, ...
@@ -65,7 +70,7 @@ def open_regular(
             mode = stat.S_IFREG
         if not stat.S_ISREG(mode):  # say what it is, not the errno opening it gave
             raise error(f"{name} is {file_kind(mode)}, not a regular file") from None
-        raise error(f"cannot read {name}: {e.strerror or e}") from None
+        raise error(f"cannot {'write' if append else 'read'} {name}: {e.strerror or e}") from None
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
@@ -99,6 +104,28 @@ def read_small_file(path: str | os.PathLike[str], max_bytes: int) -> bytes:
         raise CheckpointError(f"cannot read {name}: {e.strerror or e}") from None
     finally:
         os.close(fd)
+
+
+def check_stdin(fd: int, error: Callable[[str], Exception] = CheckpointError) -> None:
+    """stdin (``fd``) may be a regular file, a pipe or FIFO, a socket, a terminal or /dev/null;
+    any other device (``/dev/zero``, ``/dev/urandom``: endless) is ``error`` naming it."""
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd):
+        return
+    if stat.S_ISCHR(mode) and _is_devnull(fd):
+        return
+    try:  # Linux names what stdin is: "/dev/zero"
+        where = f" ({os.readlink(f'/proc/self/fd/{fd}')})"
+    except OSError:
+        where = ""
+    raise error(f"<stdin> is {file_kind(mode)}{where}, not a file or a pipe")
+
+
+def _is_devnull(fd: int) -> bool:
+    try:
+        return os.fstat(fd).st_rdev == os.stat(os.devnull).st_rdev
+    except (OSError, AttributeError):
+        return False
 
 
 def file_kind(mode: int) -> str:

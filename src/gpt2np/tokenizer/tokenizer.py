@@ -42,6 +42,7 @@ import regex
 
 from .bpe import (
     LONG_PIECE,
+    PATTERN,
     MergeTable,
     bpe_fast,
     bpe_rounds,
@@ -51,7 +52,7 @@ from .bpe import (
     split_text,
 )
 from .hf_json import read_tokenizer_json
-from .unstable import completions_of
+from .unstable import completions_of, split_unstable
 from .vocab import ENDOFTEXT, parse_vocabulary, read_vocabulary
 
 __all__ = [
@@ -496,8 +497,7 @@ class Tokenizer:
     @functools.cached_property
     def _ids_of_bytes(self) -> dict[bytes, int]:
         """Token bytes -> id, special tokens' text included (for :meth:`encode_single_token`)."""
-        ids = {data: i for i, data in enumerate(self._token_bytes) if i != self._eot_token}
-        return ids | {t.encode(): i for t, i in self.special_tokens.items()}
+        return self._mergeable_ranks | {t.encode(): i for t, i in self.special_tokens.items()}
 
     @functools.cached_property
     def _sorted_token_bytes(self) -> list[bytes]:
@@ -511,6 +511,50 @@ class Tokenizer:
         while i < len(values) and values[i].startswith(prefix):
             yield values[i]
             i += 1
+
+    # -- tiktoken's private names, with which users build and extend encodings -------------
+
+    @property
+    def _pat_str(self) -> str:
+        """The pre-tokenisation pattern, as a string (tiktoken's ``Encoding._pat_str``): the
+        one :func:`gpt2np.tokenizer.bpe.pretokenize` cuts text with (OpenAI's GPT-2 pattern
+        with its shared prefixes factored out: the same pieces).
+        ``tiktoken.Encoding(pat_str=tok._pat_str, mergeable_ranks=tok._mergeable_ranks, ...)``
+        builds an encoding with this tokenizer's ids."""
+        return PATTERN.pattern
+
+    @functools.cached_property
+    def _mergeable_ranks(self) -> dict[bytes, int]:
+        """Each ordinary token's bytes -> its id (tiktoken's ``Encoding._mergeable_ranks``,
+        which merges the pair whose result ranks lowest: GPT-2's ids are in its merges' order).
+        Built on first use."""
+        return {data: i for i, data in enumerate(self._token_bytes) if i != self._eot_token}
+
+    @property
+    def _special_tokens(self) -> dict[str, int]:
+        """Special-token text -> id (tiktoken's ``Encoding._special_tokens``)."""
+        return self.special_tokens
+
+    def _encode_bytes(self, data: bytes) -> list[int]:
+        """Token ids of bytes that need not be UTF-8 (tiktoken's ``Encoding._encode_bytes``);
+        :meth:`decode_bytes` gives ``data`` back. Valid UTF-8 is :meth:`encode_ordinary` of
+        its text. Otherwise the longest valid prefix is encoded, the ids of its last piece
+        (with the blank tokens before it, as :meth:`encode_with_unstable` counts them) are
+        taken back, and their bytes followed by the rest of ``data`` are one BPE piece."""
+        if not isinstance(data, (bytes, bytearray)):
+            raise TypeError(f"data must be bytes, not {type(data).__name__}")
+        data = bytes(data)
+        try:
+            return self._encode_ordinary(data.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            valid = e.start  # the first byte that is not part of a whole UTF-8 character
+        text = data[:valid].decode("utf-8")
+        ids = self._encode_ordinary(text)
+        pieces = pretokenize(text[last_cut(text) :])
+        stable, rest = split_unstable(self, ids, len(self._cache[pieces[-1]]) if pieces else 0)
+        rest += data[valid:]
+        token = self._mergeable_ranks.get(rest)
+        return stable + ([token] if token is not None else self._bpe_bytes(rest))
 
     # -- decoding -------------------------------------------------------------------------
 

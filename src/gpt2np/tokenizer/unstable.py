@@ -30,7 +30,7 @@ from typing import Protocol
 
 import regex
 
-__all__ = ["Tokens", "completions_of", "last_character"]
+__all__ = ["Tokens", "completions_of", "last_character", "split_unstable"]
 
 
 class Tokens(Protocol):
@@ -61,15 +61,7 @@ def completions_of(
     empty, and nothing is unstable)."""
     if last_piece == 0:
         return ids, []
-    token_bytes = tok._token_bytes
-
-    def blank(i: int) -> bool:
-        return i != tok.eot_token and all(b in _BLANKS for b in token_bytes[i])
-
-    if blank(ids[-last_piece]):
-        while last_piece < len(ids) and blank(ids[-last_piece - 1]):
-            last_piece += 1
-    stable, unstable = ids[:-last_piece], b"".join(token_bytes[i] for i in ids[-last_piece:])
+    stable, unstable = split_unstable(tok, ids, last_piece)
     ids_of = tok._ids_of_bytes
     completions: set[tuple[int, ...]] = {(ids_of[t],) for t in tok._tokens_starting_with(unstable)}
     for cut in range(1, len(unstable)):
@@ -82,6 +74,23 @@ def completions_of(
             split = tok._bpe_bytes(unstable[:-size]) + tok._bpe_bytes(unstable[-size:])
             completions.add(tuple(split))
     return stable, sorted(map(list, completions))
+
+
+def split_unstable(tok: Tokens, ids: list[int], last_piece: int) -> tuple[list[int], bytes]:
+    """(stable ids, unstable bytes) of a text whose ids are ``ids``, of which the last
+    ``last_piece`` came from its last piece: rule 1 above (tiktoken's
+    ``_increase_last_piece_token_len``). With ``last_piece`` 0, all ids are stable."""
+    if last_piece == 0:
+        return ids, b""
+    token_bytes = tok._token_bytes
+
+    def blank(i: int) -> bool:
+        return i != tok.eot_token and all(b in _BLANKS for b in token_bytes[i])
+
+    if blank(ids[-last_piece]):
+        while last_piece < len(ids) and blank(ids[-last_piece - 1]):
+            last_piece += 1
+    return ids[:-last_piece], b"".join(token_bytes[i] for i in ids[-last_piece:])
 
 
 def _covering(tok: Tokens, data: bytes, length: int) -> tuple[int, ...]:
