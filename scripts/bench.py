@@ -9,6 +9,12 @@
     python scripts/bench.py --only beam           # beam search against 4 batch-1 generations
     python scripts/bench.py --vs-torch --size 355M --only prefill   # one case, random 355M weights
     python scripts/bench.py --vs-torch --only score   # score() against HF's perplexity recipe
+    python scripts/bench.py --vs-ort --vs-ref e9abdd9 --np-threads 1   # + another revision
+
+--vs-ref REV runs the gpt2np of a git revision (its src/ taken with ``git archive`` into a
+temporary directory, imported in its worker by PYTHONPATH) beside this working tree's, in the
+same run, at every gpt2np thread count: each case prints REV@N / gpt2np@N, the regression
+guard of a speed change.
 
 Cases (--only picks those whose name contains the text, or one of several separated by
 commas): decode B=1 and B=8 (a 16-token prompt, then 128 greedy tokens), prefill 1023+1 (a
@@ -254,6 +260,33 @@ def require(vs_torch: bool, vs_ort: bool) -> None:
             )
 
 
+def revision_source(rev: str, into: str) -> str:
+    """A directory holding ``src/`` of git revision ``rev`` of this repository (``git archive``,
+    so the working tree and the repository's worktrees are left alone); one line on failure."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tar = subprocess.run(
+        ["git", "-C", repo, "archive", "--format=tar", rev, "src"], capture_output=True
+    )
+    if tar.returncode != 0:
+        sys.exit(f"bench.py: error: --vs-ref {rev}: {tar.stderr.decode().strip()}")
+    out = os.path.join(into, rev.replace("/", "_"))
+    os.makedirs(out)
+    subprocess.run(["tar", "-x", "-C", out], input=tar.stdout, check=True)
+    return out
+
+
+def engine_kinds(args: argparse.Namespace) -> list[tuple[str, int, str | None]]:
+    """(kind, threads, revision or None) of every worker, in the order they start: gpt2np at
+    --threads first (the base of the ratios), then at each --np-threads, each revision's gpt2np
+    at the same counts, ONNX Runtime, PyTorch."""
+    counts = list(dict.fromkeys([args.threads, *args.np_threads]))
+    kinds: list[tuple[str, int, str | None]] = [("gpt2np", n, None) for n in counts]
+    kinds += [("gpt2np", n, rev) for rev in args.vs_ref for n in counts]
+    kinds += [("ort", args.threads, None)] * args.vs_ort
+    kinds += [("torch", args.threads, None)] * args.vs_torch
+    return kinds
+
+
 def busy_loop() -> subprocess.Popen[bytes]:
     """A CPU-bound process beside the benchmark (in its session, so in its scheduling group)."""
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -269,8 +302,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="threads of every engine (default 2)")
     ap.add_argument("--np-threads", type=int, action="append", default=[],
                     help="also run gpt2np with this many threads (repeatable)")  # fmt: skip
+    ap.add_argument("--vs-ref", action="append", default=[], metavar="REV",
+                    help="also run the gpt2np of this git revision (repeatable)")  # fmt: skip
     ap.add_argument("--busy", action="store_true", help="run a CPU-bound process beside")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true",
+                    help="one repetition, the issue's target cases only (decode, prefill "
+                    "1023+1, forward T=1024) unless --only says otherwise")  # fmt: skip
     ap.add_argument("--pause", type=float, default=0.3,
                     help="seconds between calls: the last engine's threads go idle")  # fmt: skip
     ap.add_argument("--ckpt", help="TF checkpoint directory to time cold and warm loads")
@@ -284,6 +322,11 @@ def main() -> None:
     )
     ap.add_argument("--rows", action="store_true", help="also probe the products for 1-16 rows")
     args = ap.parse_args()
+    if args.quick:
+        args.repeats = 1
+        args.only = args.only or "decode,prefill 1023,forward T=1024"
+    if args.threads < 1 or any(n < 1 for n in args.np_threads):
+        ap.error("--threads and --np-threads take a count of at least 1")
     require(args.vs_torch, args.vs_ort)
 
     print(f"date {time.strftime('%Y-%m-%d %H:%M')}  cpu {cpu_name()}  cores {os.cpu_count()}  "
@@ -328,22 +371,22 @@ def engines_compared(args: argparse.Namespace) -> None:
     cases = [c for c in bench_peers.CASES if selected(c, args.only)]
     if not cases:
         return
-    kinds = [("gpt2np", args.threads)]
-    kinds += [("gpt2np", n) for n in dict.fromkeys(args.np_threads) if n != args.threads]
-    kinds += [("ort", args.threads)] * args.vs_ort + [("torch", args.threads)] * args.vs_torch
     size = args.size if not args.model else args.model
     print(f"model {size}: engines start (each in its own process)", flush=True)
     engines = []
-    try:
-        for kind, n in kinds:
-            engines.append(bench_peers.Engine(kind, n, args.size, args.model, seed=0))
-            print(f"  {engines[-1].name}: {engines[-1].info}", flush=True)
-        if len(engines) > 1:
-            bench_peers.check(engines, engines[0])
-        bench_peers.compare(engines, cases, args.repeats, args.pause)
-    finally:
-        for engine in engines:
-            engine.close()
+    with tempfile.TemporaryDirectory(prefix="gpt2np-bench-ref-") as tmp:
+        refs = {rev: revision_source(rev, tmp) for rev in args.vs_ref}
+        try:
+            for kind, n, rev in engine_kinds(args):
+                ref = (rev, refs[rev]) if rev else None
+                engines.append(bench_peers.Engine(kind, n, args.size, args.model, 0, ref))
+                print(f"  {engines[-1].name}: {engines[-1].info}", flush=True)
+            if len(engines) > 1:
+                bench_peers.check(engines, engines[0])
+            bench_peers.compare(engines, cases, args.repeats, args.pause)
+        finally:
+            for engine in engines:
+                engine.close()
 
 
 if __name__ == "__main__":

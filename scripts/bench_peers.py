@@ -75,11 +75,17 @@ def inputs(hparams: gpt2np.HParams) -> dict[str, np.ndarray]:
 
 
 def numpy_engine(model: gpt2np.GPT2, threads: int) -> tuple[dict[str, Callable[[], Any]], str]:
-    from gpt2np.fast import blas
-    from gpt2np.fast import threads as parallel
+    try:
+        from gpt2np.fast import threads as parallel
+    except ImportError:  # a revision before fast/ (--vs-ref): gpt2np.parallel
+        from gpt2np import parallel  # type: ignore[no-redef]
+    try:
+        from gpt2np.fast import blas
+    except ImportError:  # before fast/blas: OpenBLAS starts at OPENBLAS_NUM_THREADS (Engine)
+        blas = None  # type: ignore[assignment]
 
     parallel.set_threads(threads)
-    if blas.available():
+    if blas is not None and blas.available():
         blas.set_blas_threads(threads)
     x = inputs(model.hparams)
 
@@ -109,7 +115,9 @@ def numpy_engine(model: gpt2np.GPT2, threads: int) -> tuple[dict[str, Callable[[
     }
     for T, name in FORWARD.items():
         cases[name] = lambda T=T: model.forward(x["long"][:, :T])[0]
-    info = f"gpt2np {gpt2np.__version__} threads {parallel.threads()} BLAS {blas.blas_threads()}"
+    blas_n = blas.blas_threads() if blas is not None else os.environ.get("OPENBLAS_NUM_THREADS")
+    where = os.path.dirname(os.path.dirname(os.path.abspath(gpt2np.__file__)))
+    info = f"gpt2np {gpt2np.__version__} from {where} threads {parallel.threads()} BLAS {blas_n}"
     return cases, info
 
 
@@ -388,10 +396,16 @@ def answer(message: dict[str, Any]) -> None:
 
 
 class Engine:
-    """One worker process: ``Engine("ort", 2, ...)``; :meth:`run` times one case in it."""
+    """One worker process: ``Engine("ort", 2, ...)``; :meth:`run` times one case in it.
 
-    def __init__(self, kind: str, threads: int, size: str, model: str | None, seed: int) -> None:
-        self.name = kind if kind != "gpt2np" else f"gpt2np@{threads}"
+    ``ref`` (a label and a directory holding another revision's ``src``): the worker imports
+    that revision's gpt2np instead of this one (PYTHONPATH), named ``label@threads``."""
+
+    def __init__(
+        self, kind: str, threads: int, size: str, model: str | None, seed: int,
+        ref: tuple[str, str] | None = None,
+    ) -> None:  # fmt: skip
+        self.name = engine_name(kind, threads, ref[0] if ref else None)
         argv = [sys.executable, __file__, "--engine", kind, "--threads", str(threads),
                 "--size", size, "--seed", str(seed)]  # fmt: skip
         argv += ["--model", model] if model else []
@@ -399,6 +413,10 @@ class Engine:
         # Each engine sets its thread counts itself; OpenBLAS's pool starts at the same count.
         env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = str(threads)
         env.pop("GPT2NP_NUM_THREADS", None)
+        if ref:
+            env["PYTHONPATH"] = os.pathsep.join(
+                [os.path.join(ref[1], "src"), *filter(None, [env.get("PYTHONPATH")])]
+            )
         self.process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
         )
@@ -425,6 +443,27 @@ class Engine:
         if self.process.stdin is not None:
             self.process.stdin.close()
         self.process.wait()
+
+
+def engine_name(kind: str, threads: int, ref: str | None = None) -> str:
+    """``gpt2np@2``, ``e9abdd9@2`` (another revision's gpt2np), ``ort``, ``torch``."""
+    if kind != "gpt2np":
+        return kind
+    return f"{ref or 'gpt2np'}@{threads}"
+
+
+def pairs(names: list[str]) -> list[tuple[str, str]]:
+    """The (peer, base) pairs whose same-run time ratio is printed, from the engines' names in
+    the order they were started (the first is gpt2np at --threads): every other engine against
+    the first, and a revision's gpt2np (``REF@N``) against this gpt2np at the same N too."""
+    base = names[0]
+    out = [(name, base) for name in names[1:]]
+    for name in names[1:]:
+        label, _, n = name.rpartition("@")
+        mine = f"gpt2np@{n}"
+        if label and label != "gpt2np" and mine != base and mine in names:
+            out.append((name, mine))
+    return out
 
 
 def load_average() -> str:
@@ -477,9 +516,9 @@ def compare(engines: list[Engine], cases: list[str], repeats: int, pause: float)
         for e in those:
             line += f" {e.name} {statistics.median(times[e.name]):8.3f}s"
         print(line + f"   load {load_average()}", flush=True)
-        for e in those[1:]:
-            ratios = [t / b for t, b in zip(times[e.name], times[base.name])]
-            print(f"  {'':30s} {e.name} / {base.name}: {statistics.median(ratios):5.2f}x "
+        for peer, mine in pairs([e.name for e in those]):
+            ratios = [t / b for t, b in zip(times[peer], times[mine])]
+            print(f"  {'':30s} {peer} / {mine}: {statistics.median(ratios):5.2f}x "
                   f"({min(ratios):.2f}-{max(ratios):.2f})", flush=True)  # fmt: skip
 
 

@@ -1,7 +1,15 @@
 """Benchmark gpt2np's tokenizer against tiktoken: throughput, long pieces, memory on 100 MB.
 
     python scripts/bench_tokenizer.py [--chars 1000000] [--repeat 3] [--mem-mb 100] [--baselines]
-                                      [--piece-mib 10]
+                                      [--piece-mib 10] [--vs-ref REV] [--quick]
+
+``--quick`` (the issue's targets only: fixed costs and throughput, no long pieces, no memory)
+is ``--piece-mib 0 --mem-mb 0 --no-long``.
+
+**Fixed costs**: ``Tokenizer()`` in a fresh process (wall seconds from import to a built
+tokenizer, as ``gpt2np tokenize`` pays it), alternated with REV's (``--vs-ref``: its src/ by
+``git archive``, imported by PYTHONPATH), best of ``--repeat``; ``decode`` of the english
+corpus's ids against tiktoken's (CPU seconds, best of ``--repeat``).
 
 The machine is shared and noisy: compare the same-run ratios, and run the script three times.
 
@@ -244,9 +252,20 @@ class OpenAIAlgorithm:
         return ids
 
 
+def built() -> Tokenizer:
+    """A fresh Tokenizer with what its first encode would build (the merge table, the piece
+    cache's head start) made outside the timing, as Tokenizer() made them before they were
+    lazy: "cold" is an empty cache of merged pieces, as it always was."""
+    tok = Tokenizer()
+    tok.encode_ordinary("Tokenizer zqxjkv")
+    tok._cache.clear()
+    tok._cache.update(tok._cache._whole)
+    return tok
+
+
 def contenders(baselines: bool) -> dict[str, Callable[[], Encode]]:
     """name -> factory of a fresh encode function (fresh, so its cache starts empty)."""
-    found: dict[str, Callable[[], Encode]] = {"gpt2np": lambda: Tokenizer().encode_ordinary}
+    found: dict[str, Callable[[], Encode]] = {"gpt2np": lambda: built().encode_ordinary}
     tt = tiktoken_encoding()
     if tt is not None:
         found["tiktoken"] = lambda: tt.encode_ordinary
@@ -452,6 +471,59 @@ def memory_child(case: str, path: str) -> None:
     print(json.dumps([time.process_time() - start, rss("VmHWM") - start_rss, n_ids]))
 
 
+_CONSTRUCT = (  # Tokenizer(), then its first encode (which builds what a merge needs)
+    "import time;t=time.perf_counter();import gpt2np;"
+    "tok=gpt2np.Tokenizer();a=time.perf_counter()-t;tok.encode('Tokenizer zqxjkv');"
+    "print(a,time.perf_counter()-t)"
+)
+
+
+def construction(rev: str | None, repeat: int) -> None:
+    """Tokenizer() in fresh processes, this tree's and REV's in turn; best wall seconds."""
+    tmp = tempfile.mkdtemp(prefix="gpt2np-bench-tok-ref-")
+    where = {"this tree": os.path.dirname(os.path.dirname(gpt2np.__file__))}
+    if rev:
+        repo = Path(__file__).resolve().parent.parent
+        tar = subprocess.run(["git", "-C", str(repo), "archive", rev, "src"], capture_output=True)
+        if tar.returncode:
+            sys.exit(f"bench_tokenizer.py: error: --vs-ref {rev}: {tar.stderr.decode().strip()}")
+        subprocess.run(["tar", "-x", "-C", tmp], input=tar.stdout, check=True)
+        where[rev] = os.path.join(tmp, "src")
+    best = {who: [float("inf")] * 2 for who in where}
+    for _ in range(repeat):
+        for who, src in where.items():
+            env = dict(os.environ, PYTHONPATH=src)
+            out = subprocess.run([sys.executable, "-c", _CONSTRUCT], env=env, check=True,
+                                 capture_output=True, text=True).stdout.split()  # fmt: skip
+            best[who] = [min(b, float(x)) for b, x in zip(best[who], out)]
+    subprocess.run(["rm", "-rf", tmp], check=False)
+    print(f"\nin a fresh process, best of {repeat} (load {os.getloadavg()[0]:.2f}):")
+    for k, what in enumerate(["Tokenizer()", "Tokenizer() + first encode"]):
+        line = "  ".join(f"{who} {t[k]:.3f} s" for who, t in best.items())
+        if rev:
+            line += f"   {rev} / this tree: {best[rev][k] / best['this tree'][k]:.2f}x"
+        print(f"  {what:27s} {line}" + ("  (target >= 1.0)" if rev and k == 0 else ""))
+
+
+def decode_speed(args: argparse.Namespace) -> None:
+    """decode of the english corpus's ids, gpt2np against tiktoken (CPU seconds, best of)."""
+    tok, tt = Tokenizer(), tiktoken_encoding()
+    text = english_corpus(args.chars)
+    ids = tok.encode_ordinary(text)
+    best = {"gpt2np": float("inf"), "tiktoken": float("inf")}
+    fns = {"gpt2np": tok.decode} | ({"tiktoken": tt.decode} if tt is not None else {})
+    for _ in range(max(3, args.repeat)):
+        for who, fn in fns.items():
+            start = time.process_time()
+            fn(ids)
+            best[who] = min(best[who], time.process_time() - start)
+    line = f"decode of {len(ids):,} ids ({len(text):,} chars): gpt2np {best['gpt2np']:.4f} s"
+    if tt is not None:
+        line += (f"  tiktoken {best['tiktoken']:.4f} s  tiktoken / gpt2np "
+                 f"{best['tiktoken'] / best['gpt2np']:.2f}x (target >= 0.5)")  # fmt: skip
+    print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chars", type=int, default=1_000_000, help="characters per corpus")
@@ -459,13 +531,22 @@ def main() -> None:
     parser.add_argument("--mem-mb", type=float, default=100, help="0: skip the memory part")
     parser.add_argument("--piece-mib", type=float, default=10, help="0: skip the one piece")
     parser.add_argument("--baselines", action="store_true", help="add OpenAI's algorithm, HF")
+    parser.add_argument("--vs-ref", metavar="REV", help="Tokenizer() of this git revision too")
+    parser.add_argument("--no-long", action="store_true", help="skip the long pieces")
+    parser.add_argument("--quick", action="store_true", help="fixed costs and throughput only")
     parser.add_argument("--mem-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.mem_child:
         return memory_child(*args.mem_child)
+    if args.quick:
+        args.piece_mib, args.mem_mb, args.no_long = 0, 0, True
     print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, gpt2np from {gpt2np.__file__}")
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    construction(args.vs_ref, args.repeat)
+    decode_speed(args)
     throughput(args)
-    long_pieces(args)
+    if not args.no_long:
+        long_pieces(args)
     if args.piece_mib:
         one_piece(args)
     if args.mem_mb:

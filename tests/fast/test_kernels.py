@@ -10,6 +10,7 @@ from gpt2np.attention import causal_mask
 from gpt2np.fast import blas
 from gpt2np.fast import head as fast_head
 from gpt2np.fast import linear as fast_linear
+from gpt2np.fast import owner as fast_owner
 from gpt2np.fast import threads as parallel
 from gpt2np.fast.gelu import gelu_inplace, gelu_rows
 from gpt2np.fast.head import head_parts
@@ -31,6 +32,29 @@ def every_product_in_parts(monkeypatch):
     parallel.set_threads(3)
     yield
     parallel.set_threads(None)
+
+
+class _Fixed(fast_owner.Owner):
+    """An owner that always chooses the pool, or always one thread, and notes OpenBLAS's count
+    inside each product."""
+
+    def __init__(self, pooled: bool) -> None:
+        super().__init__()
+        self.choice, self.counts = pooled, []
+
+    def pooled(self, key) -> bool:
+        return self.choice
+
+    def run(self, key, product, threads):
+        super().run(key, lambda: (self.counts.append(blas.blas_threads()), product()), threads)
+
+
+@pytest.fixture(params=["pool", "one thread"])
+def few_rows_on(request, monkeypatch):
+    """Few-row products on OpenBLAS's pool, or on one thread: the same numbers either way."""
+    fixed = _Fixed(request.param == "pool")
+    monkeypatch.setattr(fast_owner, "OWNER", fixed)
+    return fixed
 
 
 def test_fast_model_equals_clear_model(tiny_hparams) -> None:
@@ -87,9 +111,10 @@ def test_gelu_inplace_writes_into_its_argument_and_handles_a_strided_one() -> No
 
 @pytest.mark.parametrize("lead", [(1,), (2, 1), (8, 1), (16,), (17,), (3, 7), (4, 0), (40,)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_head_parts_equals_head(lead, dtype, every_product_in_parts) -> None:
-    """The head cut by vocabulary (few rows) or by rows (more), in parts of odd sizes that three
-    threads share, computes what the clear head computes."""
+def test_head_parts_equals_head(lead, dtype, every_product_in_parts, few_rows_on) -> None:
+    """The head of few rows (one product, or blocks of the vocabulary, on OpenBLAS's pool or one
+    thread) or of more (parts of rows that three threads share) computes what the clear head
+    computes."""
     rng = np.random.default_rng(sum(lead))
     h = rng.standard_normal((*lead, 12)).astype(dtype)
     wte = rng.standard_normal((103, 12)).astype(dtype)  # 103: the last vocabulary part is short
@@ -219,9 +244,11 @@ def test_gelu_inplace_at_the_extremes_raises_no_float_error(dtype) -> None:
 @pytest.mark.parametrize("lead", [(1,), (2, 1), (8, 1), (64,), (65,), (3, 70), (4, 0)])
 @pytest.mark.parametrize("n_out", [1, 7, 96])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_linear_parts_equals_linear(lead, n_out, dtype, every_product_in_parts) -> None:
-    """x · w + b cut by columns (few rows) or by rows (more), the parts shared by three
-    threads, computes what the clear linear map computes."""
+def test_linear_parts_equals_linear(
+    lead, n_out, dtype, every_product_in_parts, few_rows_on
+) -> None:
+    """x · w + b of few rows (one product on OpenBLAS's pool or one thread) or of more (parts of
+    rows shared by three threads) computes what the clear linear map computes."""
     rng = np.random.default_rng(n_out + sum(lead))
     x = rng.standard_normal((*lead, 24)).astype(dtype)
     w, b = rng.standard_normal((24, n_out)).astype(dtype), rng.standard_normal(n_out).astype(dtype)
@@ -233,11 +260,14 @@ def test_linear_parts_equals_linear(lead, n_out, dtype, every_product_in_parts) 
     np.testing.assert_allclose(got, exact, rtol=10 * tol, atol=10 * tol)
 
 
-def test_linear_parts_cuts_few_rows_by_columns_and_many_by_rows(
-    every_product_in_parts, monkeypatch
+def test_linear_parts_gives_few_rows_to_the_owner_and_cuts_many_by_rows(
+    every_product_in_parts, few_rows_on, monkeypatch
 ) -> None:
-    """Few rows are cut by columns of w on aligned edges, many rows by rows of x; either way the
-    parts tile the output exactly once, about two per thread."""
+    """Few rows are one product at the count the owner chose (the pool: gpt2np's thread count;
+    else one); many rows are cut by rows of x, the parts tiling the output exactly once, about
+    two per thread, with OpenBLAS at one thread."""
+    if not blas.available():
+        pytest.skip("NumPy's BLAS is not an OpenBLAS whose threads gpt2np can set")
     seen: list[slice] = []
     run = parallel.run
 
@@ -246,15 +276,15 @@ def test_linear_parts_cuts_few_rows_by_columns_and_many_by_rows(
         return run(fn, items)
 
     monkeypatch.setattr(fast_linear.threads, "run", recording_run)
-    for rows, cut in ((2, 30), (fast_linear.FEW_ROWS + 1, fast_linear.FEW_ROWS + 1)):
-        x = np.ones((rows, 5), np.float32)
-        linear_parts(x, np.ones((5, 30), np.float32), np.zeros(30, np.float32))
-        edges = [seen[0].start] + [part.stop for part in seen]
-        assert edges[0] == 0 and edges[-1] == cut and edges == sorted(set(edges))
-        assert [part.start for part in seen[1:]] == edges[1:-1]
-        assert 3 <= len(seen) <= 6
-        if rows == 2:
-            assert all(part.start % 4 == 0 for part in seen)
+    w, b = np.ones((5, 30), np.float32), np.zeros(30, np.float32)
+    linear_parts(np.ones((2, 5), np.float32), w, b)
+    assert seen == [] and few_rows_on.counts == [3 if few_rows_on.choice else 1]
+    rows = fast_linear.FEW_ROWS + 1
+    linear_parts(np.ones((rows, 5), np.float32), w, b)
+    edges = [seen[0].start] + [part.stop for part in seen]
+    assert edges[0] == 0 and edges[-1] == rows and edges == sorted(set(edges))
+    assert [part.start for part in seen[1:]] == edges[1:-1]
+    assert 3 <= len(seen) <= 6 and len(few_rows_on.counts) == 1
 
 
 def test_fast_kernels_hold_blas_at_one_thread_and_give_it_back(monkeypatch) -> None:
@@ -271,7 +301,7 @@ def test_fast_kernels_hold_blas_at_one_thread_and_give_it_back(monkeypatch) -> N
     blas.set_blas_threads(2)
     try:
         rng = np.random.default_rng(0)
-        x = rng.standard_normal((3, 9, 32)).astype(np.float32)
+        x = rng.standard_normal((3, 30, 32)).astype(np.float32)  # 90 rows: parts of rows
         FAST.linear(x, rng.standard_normal((32, 40)).astype(np.float32), np.zeros(40, np.float32))
         FAST.head(x, rng.standard_normal((50, 32)).astype(np.float32))
         q = rng.standard_normal((1, 2, 9, 8)).astype(np.float32)

@@ -934,3 +934,59 @@ def test_token_byte_values_and_names_equal_tiktoken(tok: Tokenizer, tt) -> None:
 @given(st.text(alphabet=st.characters(min_codepoint=0x3040, max_codepoint=0x9FFF), min_size=500))
 def test_long_pieces_equal_tiktoken(tok: Tokenizer, tt, text: str) -> None:
     assert tok.encode_ordinary(text) == tt.encode_ordinary(text)
+
+
+def test_the_pinned_files_parse_to_what_the_checked_parse_gives() -> None:
+    """Tokenizer() parses the bundled files without the structural checks, because their pinned
+    digests name bytes that pass them: the checked parse of the same bytes agrees."""
+    from gpt2np.tokenizer.tokenizer import DATA_DIR
+    from gpt2np.tokenizer.vocab import parse_pinned, parse_vocabulary
+
+    data = (DATA_DIR / "encoder.json").read_bytes(), (DATA_DIR / "vocab.bpe").read_bytes()
+    checked = parse_vocabulary(*data, "encoder.json", "vocab.bpe")
+    fast = parse_pinned(*data)
+    assert fast[0] == checked[0] and fast[1] == checked[1] and len(fast[1]) == 50000
+
+
+def test_a_tokenizer_that_only_decodes_builds_no_merge_table() -> None:
+    """The merge table and the piece cache are made when a text is first encoded; decoding
+    needs neither, so `Tokenizer()` and decode pay for neither."""
+    tok = Tokenizer()
+    assert tok.decode([31373, 995]) == "hello world"
+    assert "_table" not in vars(tok) and "_cache" not in vars(tok)
+    assert tok.encode("hello world") == [31373, 995]  # whole tokens: the cache, no merges
+    assert "_cache" in vars(tok) and "_table" not in vars(tok)
+    assert tok.decode(tok.encode(" zqxjkv")) == " zqxjkv"  # a piece to merge
+    assert "_table" in vars(tok)
+
+
+@pytest.mark.parametrize("kind", ["list", "tuple", "int32 array", "uint16 array"])
+def test_decoding_many_ids_gathers_the_same_bytes_as_joining_them(kind) -> None:
+    """decode_bytes of many ids (gathered from one buffer) equals the token-by-token join, every
+    id included once, special token too; bad ids are refused as for a few."""
+    from gpt2np.tokenizer import tokenizer as tokenizer_module
+
+    tok = Tokenizer()
+    rng = np.random.default_rng(0)
+    ids = np.concatenate([np.arange(tok.n_vocab), rng.integers(0, tok.n_vocab, 5000)])
+    ids = rng.permutation(ids)
+    if kind == "uint16 array":
+        ids = ids.astype(np.uint16)
+    given = {"list": ids.tolist(), "tuple": tuple(ids.tolist())}.get(kind, ids.astype(np.int32))
+    if kind == "uint16 array":
+        given = ids
+    assert len(given) >= tokenizer_module.GATHER_IDS
+    joined = b"".join(tok.decode_single_token_bytes(int(i)) for i in ids)
+    assert tok.decode_bytes(given) == joined
+    assert tok.decode(given) == joined.decode("utf-8", errors="replace")
+    many = [5] * 100
+    for bad, error in (
+        ([*many, True], TypeError),
+        ([*many, 1.0], TypeError),
+        ([*many, -1], ValueError),
+        ([*many, tok.n_vocab], ValueError),
+        ([*many, 2**70], ValueError),
+        (np.array([many, many]), ValueError),
+    ):
+        with pytest.raises(error):
+            tok.decode(bad)

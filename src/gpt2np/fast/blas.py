@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 from ..support.checks import check_int
 
-__all__ = ["available", "blas_threads", "set_blas_threads", "single_threaded"]
+__all__ = ["available", "blas_threads", "held_at", "set_blas_threads", "single_threaded"]
 
 #: (set, get) symbol names: NumPy's wheels (scipy-openblas, 64-bit and 32-bit integers), then
 #: OpenBLAS's own names (a NumPy built against a system OpenBLAS).
@@ -99,24 +99,33 @@ def set_blas_threads(n: int) -> None:
 
 
 @contextmanager
-def single_threaded() -> Iterator[None]:
-    """OpenBLAS at one thread inside the block, the previous count restored after it (when the
-    last of several threads running kernels at once leaves)."""
+def held_at(n: int) -> Iterator[None]:
+    """OpenBLAS at ``n`` threads inside the block, the user's count given back after it (when the
+    last of several threads running kernels at once leaves; while several are inside, the last
+    to enter sets the count: that changes the speed of the others' products, not their
+    numbers)."""
     global _users, _saved
     found = _find()
     if found is None:
         yield
         return
     with _lock:
+        now = int(found[1]())
         if _users == 0:
-            _saved = int(found[1]())
-            if _saved != 1:
-                found[0](1)
+            _saved = now
+        if now != n:
+            found[0](n)
         _users += 1
     try:
         yield
     finally:
         with _lock:
             _users -= 1
-            if _users == 0 and _saved != 1:
+            if _users == 0 and int(found[1]()) != _saved:
                 found[0](_saved)
+
+
+def single_threaded() -> Any:
+    """OpenBLAS at one thread inside the block (:func:`held_at` one): the parts of a product
+    that gpt2np's threads share each run in the thread that took them."""
+    return held_at(1)

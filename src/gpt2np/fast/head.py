@@ -1,20 +1,20 @@
-"""The output head, logits = h · wteᵀ, cut into parts that gpt2np's threads share.
+"""The output head, logits = h · wteᵀ, for a few rows on OpenBLAS's threads or one thread, for
+many cut into parts that gpt2np's threads share.
 
 :func:`head_parts` is :func:`gpt2np.layers.head` (tested equal to it in tests/fast/test_kernels.py).
 The head reads the whole embedding matrix (154 MB for 124M: a third of a decode step's bytes)
 for a few rows, or makes [T, V] logits for many:
 
-* for a few rows (a decode step), each part is a slice of the vocabulary. One row is a
-  matrix-vector product, which runs at the memory's speed. For 2 … FEW_ROWS rows, a matrix
-  product with so few rows runs far below it (OpenBLAS packs the whole slice of wte for a few
-  multiply-adds per number); instead each block of HEAD_BLOCK words (768 KB at D = 768, which
-  stays in the core's cache) is multiplied by each row in turn, one NumPy call per block
-  (``wte[a:z] @ h[:, :, None]``: a matrix-vector product per row). Measured on one core for
-  8 rows: 23 ms against 26 ms, for 2 rows 13 ms against 22 ms;
-* for many rows, each part is a block of rows, h[r0:r1] · wteᵀ.
-
-Each part is a single-threaded BLAS product (:mod:`gpt2np.fast.blas`: gpt2np's threads own the
-cores).
+* one row (a decode step of one sequence) is one matrix-vector product, which runs at the
+  memory's speed;
+* for 2 … FEW_ROWS rows, a matrix product with so few rows runs far below it (OpenBLAS packs
+  the whole of wte for a few multiply-adds per number). Instead each block of HEAD_BLOCK words
+  (3 MB at D = 768) is multiplied by the rows, ``wte[a:z] · hᵀ`` into a [V, N] buffer that is
+  transposed once at the end; the block is read from memory once for all rows;
+* either way the product runs on OpenBLAS's threads or on one thread, as
+  :mod:`gpt2np.fast.owner` chooses from measured times;
+* for many rows, each part is a block of rows, h[r0:r1] · wteᵀ, taken by gpt2np's threads
+  (OpenBLAS at one thread meanwhile).
 """
 
 from __future__ import annotations
@@ -25,40 +25,38 @@ from . import linear as _linear
 from . import threads
 from .blas import single_threaded
 from .linear import THREADED_MACS, bounds
+from .owner import few_rows
 
 __all__ = ["FEW_ROWS", "HEAD_BLOCK", "head_parts"]
 
-#: The head is cut by vocabulary for at most this many rows, by rows for more.
+#: The head is one product (or blocks of the vocabulary) for at most this many rows.
 FEW_ROWS = 16
 
-#: Words of wte per block when several rows are multiplied by it one by one.
-HEAD_BLOCK = 256
+#: Words of wte per block when several rows are multiplied by it.
+HEAD_BLOCK = 1024
 
 
 def head_parts(h: np.ndarray, wte: np.ndarray) -> np.ndarray:
     """logits = h · wteᵀ like :func:`gpt2np.layers.head`.    [..., D] @ [D, V] -> [..., V]"""
     rows = h.reshape(-1, h.shape[-1])  # [N, D]
     (N, D), V = rows.shape, wte.shape[0]
-    logits = np.empty((N, V), dtype=np.result_type(rows, wte))
+    dtype = np.result_type(rows, wte)
+    if N <= FEW_ROWS:
+        by_word = np.empty((V, N), dtype=dtype)  # [V, N]
+        block = HEAD_BLOCK if N > 1 else V  # one row: one matrix-vector product
+
+        def whole() -> None:
+            for a in range(0, V, block):  # wte[a:z] · hᵀ: [z-a, D] @ [D, N] -> [z-a, N]
+                np.matmul(wte[a : a + block], rows.T, out=by_word[a : a + block])
+
+        few_rows(("head", N, D, V, dtype.char), whole, N * D * V >= THREADED_MACS)
+        return np.ascontiguousarray(by_word.T).reshape(*h.shape[:-1], V)
+    logits = np.empty((N, V), dtype=dtype)
     n = threads.threads() if N * D * V >= THREADED_MACS else 1
-    per_thread = _linear.PARTS_PER_THREAD
-    by_rows = N > FEW_ROWS
-    columns = rows[:, :, None]  # [N, D, 1]: each row a vector
 
-    def work(s: slice) -> None:
-        if by_rows:  # h[s] · wteᵀ
-            np.matmul(rows[s], wte.T, out=logits[s])
-        elif N == 1:  # a matrix-vector product over the slice of the vocabulary
-            np.matmul(rows, wte[s].T, out=logits[:, s])
-        else:
-            for a in range(s.start, s.stop, HEAD_BLOCK):
-                z = min(a + HEAD_BLOCK, s.stop)  # [z-a, D] @ [N, D, 1] -> [N, z-a, 1]
-                np.matmul(wte[a:z], columns, out=logits[:, a:z, None])
+    def work(s: slice) -> None:  # h[s] · wteᵀ
+        np.matmul(rows[s], wte.T, out=logits[s])
 
-    if by_rows:
-        parts = bounds(N, per_thread * n, 1)
-    else:
-        parts = bounds(V, per_thread * n, _linear.COLUMN_ALIGN)
     with single_threaded():
-        threads.run(work, parts)
+        threads.run(work, bounds(N, _linear.PARTS_PER_THREAD * n, 1))
     return logits.reshape(*h.shape[:-1], V)

@@ -10,10 +10,10 @@ attend     attention.attend                         attention.attend_tiled: tile
                                                     shared among threads
 act        layers.activation                        gelu.activation_rows: GELU in place
 norm       layers.layernorm                         layernorm.layernorm_rows: rows, threads
-head       layers.head                              head.head_parts: vocabulary (or row)
-                                                    parts among threads
-linear     layers.linear                            linear.linear_parts: column (or row)
-                                                    parts among threads
+head       layers.head                              head.head_parts: few rows on OpenBLAS's
+                                                    threads or one (owner), many in parts
+linear     layers.linear                            linear.linear_parts: few rows on OpenBLAS's
+                                                    threads or one (owner), many in parts
 =========  =======================================  =========================================
 
 The threaded kernels hold OpenBLAS at one thread while they run (:mod:`gpt2np.fast.blas`), so

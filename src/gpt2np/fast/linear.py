@@ -5,12 +5,13 @@ each part a single-threaded BLAS product.
 tested equal to it (tests/fast/test_kernels.py). Why parts rather than one product that OpenBLAS
 threads itself: see :mod:`gpt2np.fast.blas` (one owner of the cores). How the product is cut:
 
-* few rows (a decode step: B rows): by columns of w, ``x · w[:, c0:c1]`` into ``y[:, c0:c1]``.
-  Each thread then reads its own share of the weights, which is what a decode step is bound
-  by, and a batch of 8 rows runs at the speed of 8-row products on half the columns (OpenBLAS's
-  own threading of such a product splits it poorly: its few-row kernels were the cap);
+* few rows (a decode step: B rows): not cut. The whole ``x · w`` runs on OpenBLAS's own
+  threads while they are fast, on one thread while another process holds a core
+  (:mod:`gpt2np.fast.owner` chooses, from measured times): a Python hand-over to gpt2np's
+  sleeping workers costs more than such a product's share takes;
 * many rows (a prompt): by rows of x, ``x[r0:r1] · w`` into ``y[r0:r1]``, each a product large
-  enough for BLAS to run at full speed on one core.
+  enough for BLAS to run at full speed on one core, taken by gpt2np's threads (OpenBLAS at one
+  thread meanwhile).
 
 The bias is added by the thread that wrote the part, while it is in cache. There are about two
 parts per thread, so that a thread slowed by another process leaves its second part to the
@@ -25,10 +26,12 @@ import numpy as np
 
 from . import threads
 from .blas import single_threaded
+from .owner import few_rows
 
 __all__ = ["COLUMN_ALIGN", "FEW_ROWS", "THREADED_MACS", "bounds", "linear_parts"]
 
-#: At most this many rows are cut by columns of w; more, by rows of x.
+#: At most this many rows are one product on OpenBLAS's threads or one thread (owner.py); more
+#: are cut by rows of x among gpt2np's threads.
 FEW_ROWS = 64
 
 #: Below this many multiply-adds one thread computes the whole product: a hand-over to
@@ -51,24 +54,23 @@ def linear_parts(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     rows = x.reshape(-1, x.shape[-1])  # [N, n_in]
     N, (n_in, n_out) = rows.shape[0], w.shape
     y = np.empty((N, n_out), dtype=np.result_type(rows, w, b))
+    if N <= FEW_ROWS:  # x · w -> y, then + b, on the pool or one thread
+
+        def whole() -> None:
+            np.matmul(rows, w, out=y)
+            np.add(y, b, out=y)
+
+        threaded = N * n_in * n_out >= THREADED_MACS
+        few_rows(("linear", N, n_in, n_out, y.dtype.char), whole, threaded)
+        return y.reshape(*x.shape[:-1], n_out)
     n = threads.threads() if N * n_in * n_out >= THREADED_MACS else 1
-    by_columns = N <= FEW_ROWS
 
-    def part(s: slice) -> None:
-        if by_columns:  # x · w[:, s] -> y[:, s]
-            np.matmul(rows, w[:, s], out=y[:, s])
-            y[:, s] += b[s]
-        else:  # x[s] · w -> y[s]
-            np.matmul(rows[s], w, out=y[s])
-            y[s] += b
+    def part(s: slice) -> None:  # x[s] · w -> y[s]
+        np.matmul(rows[s], w, out=y[s])
+        y[s] += b
 
-    parts = (
-        bounds(n_out, PARTS_PER_THREAD * n, COLUMN_ALIGN)
-        if by_columns
-        else bounds(N, PARTS_PER_THREAD * n, 1)
-    )
     with single_threaded():
-        threads.run(part, parts)
+        threads.run(part, bounds(N, PARTS_PER_THREAD * n, 1))
     return y.reshape(*x.shape[:-1], n_out)
 
 

@@ -125,12 +125,11 @@ class Tokenizer:
     """GPT-2's byte-level BPE tokenizer (50257 tokens; ``<|endoftext|>`` = 50256)."""
 
     def __init__(self) -> None:
-        """Load the bundled vocabulary, refusing files whose SHA-256 differs from the pins."""
-        self._load(
-            DATA_DIR / "encoder.json",
-            DATA_DIR / "vocab.bpe",
-            pins=(ENCODER_JSON_SHA256, VOCAB_BPE_SHA256),
-        )
+        """Load the bundled vocabulary, refusing files whose SHA-256 differs from the pins (read
+        once per process: a second ``Tokenizer()`` reuses what the first read)."""
+        encoder, merges, digests = _bundled_vocabulary(DATA_DIR)
+        source = (str(DATA_DIR / "encoder.json"), str(DATA_DIR / "vocab.bpe"))
+        self._build(encoder, merges, digests, source, bundled=True)
 
     @classmethod
     def from_files(
@@ -172,7 +171,7 @@ class Tokenizer:
         bundled: bool,
     ) -> None:
         self._eot_token = encoder[ENDOFTEXT]
-        self._table = MergeTable.build(merges, encoder)
+        self._vocabulary = encoder, merges  # for the merge table and the cache, made when used
         byte_to_symbol = bytes_to_unicode()
         self._byte_ids = [encoder[byte_to_symbol[b]] for b in range(256)]
         self._byte_table = bytes(self._byte_ids) if max(self._byte_ids) < 256 else None
@@ -183,20 +182,32 @@ class Tokenizer:
         for token, i in encoder.items():
             self._token_bytes[i] = token.translate(to_latin1).encode("latin-1")
         self._token_bytes[self._eot_token] = ENDOFTEXT.encode("utf-8")
-        # GPT-2's vocabulary is closed under BPE: each token's own text encodes to that token
-        # alone (tests/tokenizer/test_tokenizer.py checks all 50256), so the cache can start with
-        # every token whose bytes are text. Other vocabularies need not be closed: no head start.
-        whole: dict[str, tuple[int, ...]] = {}
-        if digests == (ENCODER_JSON_SHA256, VOCAB_BPE_SHA256):
-            for i, data in enumerate(self._token_bytes):
-                text = data.decode("utf-8", errors="replace")
-                if i != self._eot_token and "\ufffd" not in text:
-                    whole[text] = (i,)
-        self._cache = _PieceCache(whole, self._encode_piece)
+        self._digests = digests
         self._source = source
         self._bundled = bundled
         gpt2 = digests == (ENCODER_JSON_SHA256, VOCAB_BPE_SHA256)
         self._name = "gpt2" if gpt2 else source[0]
+
+    @functools.cached_property
+    def _table(self) -> MergeTable:
+        """The merges as a table of pair ranks, made the first time a text is encoded (a
+        tokenizer that only decodes never pays for it)."""
+        encoder, merges = self._vocabulary
+        return MergeTable.build(merges, encoder)
+
+    @functools.cached_property
+    def _cache(self) -> _PieceCache:
+        """piece -> ids, made the first time a text is encoded. GPT-2's vocabulary is closed
+        under BPE: each token's own text encodes to that token alone (a test checks all 50256:
+        tests/tokenizer/test_tokenizer.py), so the cache starts with every token whose bytes
+        are text. Other vocabularies need not be closed: no head start."""
+        whole: dict[str, tuple[int, ...]] = {}
+        if self._digests == (ENCODER_JSON_SHA256, VOCAB_BPE_SHA256):
+            for i, data in enumerate(self._token_bytes):
+                text = data.decode("utf-8", errors="replace")
+                if i != self._eot_token and "\ufffd" not in text:
+                    whole[text] = (i,)
+        return _PieceCache(whole, self._encode_piece)
 
     # -- properties -----------------------------------------------------------------------
 
@@ -605,8 +616,49 @@ class Tokenizer:
     # -- decoding -------------------------------------------------------------------------
 
     def decode_bytes(self, ids: Ids) -> bytes:
-        """The bytes that ``ids`` stand for (a token may hold part of a UTF-8 character)."""
+        """The bytes that ``ids`` stand for (a token may hold part of a UTF-8 character).
+
+        Many ids are gathered from one buffer of every token's bytes in a few NumPy passes
+        (:meth:`_gather_bytes`), a few are joined token by token; both give the same bytes."""
+        if isinstance(ids, (list, tuple, np.ndarray)) and len(ids) >= GATHER_IDS:
+            return self._gather_bytes(self._id_array(ids))
         return b"".join(map(self._token_bytes.__getitem__, self._check_ids(ids)))
+
+    @functools.cached_property
+    def _byte_buffer(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(every token's bytes one after another [total] uint8, where each starts [V], its
+        length [V]), made the first time many ids are decoded."""
+        lengths = np.fromiter(map(len, self._token_bytes), np.int64, len(self._token_bytes))
+        starts = np.cumsum(lengths) - lengths
+        return np.frombuffer(b"".join(self._token_bytes), np.uint8), starts, lengths
+
+    def _gather_bytes(self, ids: np.ndarray) -> bytes:
+        """b"".join(token_bytes[i] for i in ids) as index arithmetic: output byte k of token j
+        (which starts at ``out_start[j]`` in the output) is buffer byte ``starts[ids[j]] + k``."""
+        buffer, starts, lengths = self._byte_buffer
+        n = lengths[ids]  # [N] bytes per token
+        out_start = np.cumsum(n) - n  # [N]
+        shift = np.repeat(starts[ids] - out_start, n)  # [total]: buffer index - output index
+        data: bytes = buffer[np.arange(shift.size) + shift].tobytes()
+        return data
+
+    def _id_array(self, ids: list[int] | tuple[int, ...] | np.ndarray) -> np.ndarray:
+        """``ids`` as a 1-D int64 array, checked as :meth:`_check_ids` checks them (which
+        raises the error for anything this quick check does not pass)."""
+        a = np.asarray(ids) if isinstance(ids, np.ndarray) else np.array(ids)
+        if (
+            a.ndim == 1
+            and a.dtype.kind in "iu"
+            and a.size
+            and 0 <= a.min()
+            and a.max() < self.n_vocab
+        ):
+            # A list mixing True or False with ints becomes an int array: look at the 0s and 1s.
+            if isinstance(ids, np.ndarray) or not any(
+                type(ids[i]) is bool for i in np.flatnonzero(a <= 1)
+            ):
+                return a.astype(np.int64, copy=False)
+        return np.asarray(self._check_ids(ids), np.int64)
 
     def decode(self, ids: Ids, errors: str = "replace") -> str:
         """The text of ``ids``; bytes that are not valid UTF-8 become U+FFFD (or as
@@ -783,6 +835,19 @@ def _refuse_disallowed(text: str, disallowed: Set[str]) -> None:
             f"pass allowed_special={{{found.group()!r}}} to encode it as a special token, "
             "or disallowed_special=() to encode it as ordinary text"
         )
+
+
+#: From this many ids on, decode_bytes gathers from one buffer (NumPy's few passes cost ~10 µs).
+GATHER_IDS = 64
+
+
+@functools.lru_cache(maxsize=1)
+def _bundled_vocabulary(
+    data_dir: pathlib.Path,
+) -> tuple[dict[str, int], list[tuple[str, str]], tuple[str, str]]:
+    """The bundled files, read, pinned and parsed once per process (callers only read them)."""
+    pins = (ENCODER_JSON_SHA256, VOCAB_BPE_SHA256)
+    return read_vocabulary(data_dir / "encoder.json", data_dir / "vocab.bpe", pins)
 
 
 @functools.lru_cache(maxsize=16)
