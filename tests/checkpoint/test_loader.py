@@ -401,9 +401,9 @@ def test_save_random_model_round_trip(tmp_path):
 def test_transformers_loads_what_save_wrote(tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    model = load(TF_SMALL)
-    save(model, tmp_path)
-    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).eval()
+    model = load(TF_SMALL)  # (its conversion cache lands in tmp_path/home: save elsewhere)
+    save(model, tmp_path / "out")
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "out").eval()
     ids = np.array([[5, 9, 200, 17, 3, 259, 0, 42]])
     with torch.no_grad():
         hf_logits = hf(torch.from_numpy(ids)).logits.numpy()
