@@ -502,7 +502,7 @@ def _join(url: str, location: str) -> str:
     """``location`` read relative to ``url``; DownloadError for one urllib.parse refuses
     (``http://[127.0.0.2]/``: an IPv4 address in brackets)."""
     try:
-        return urllib.parse.urljoin(url, location)
+        return _session.check_host(urllib.parse.urljoin(url, location))
     except ValueError as e:
         raise DownloadError(f"{url} redirects to {location[:80]!r}, not a valid URL ({e})") from e
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import ipaddress
 import socket
 import threading
 import time
@@ -86,6 +87,20 @@ def origin(url: str) -> tuple[str, str, int]:
     except (requests.exceptions.RequestException, ValueError) as e:
         raise ValueError(f"not a URL requests can fetch: {url!r} ({e})") from None
     return scheme, (parts.hostname or "").lower(), port
+
+
+def check_host(url: str) -> str:
+    """``url``, or ValueError when its host is in brackets but is not an IPv6 address
+    (``http://[127.0.0.2]/``). urllib.parse refuses such a host from Python 3.11.4 on; older
+    Pythons let it through to the connection, so the check is made here, alike on every one."""
+    host = urllib.parse.urlsplit(url).netloc.rpartition("@")[2]
+    if host.startswith("["):
+        inside = host[1:].partition("]")[0]
+        try:
+            ipaddress.IPv6Address(inside.partition("%")[0])
+        except ValueError:
+            raise ValueError(f"{inside!r} in brackets is not an IPv6 address") from None
+    return url
 
 
 def same_origin(a: str, b: str) -> bool:
@@ -198,6 +213,12 @@ def _classes() -> tuple[type[requests.Session], type[requests.adapters.HTTPAdapt
     import requests
 
     class _Session(requests.Session):
+        def get_redirect_target(self, resp: requests.Response) -> Optional[str]:
+            target = super().get_redirect_target(resp)
+            if target:  # ValueError, as urllib.parse raises on Python 3.11.4 and later
+                check_host(urllib.parse.urljoin(resp.url, target))
+            return target
+
         def should_strip_auth(self, old_url: str, new_url: str) -> bool:
             # types-requests leaves should_strip_auth untyped
             theirs = super().should_strip_auth(old_url, new_url)  # type: ignore[no-untyped-call]  # (above)
