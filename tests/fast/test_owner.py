@@ -69,6 +69,30 @@ def test_a_busy_core_hands_the_products_to_one_thread_and_probes_ever_more_rarel
     assert sum(chosen[101:]) / len(chosen[101:]) < 0.002
 
 
+def test_probes_won_by_luck_on_a_busy_machine_still_back_off() -> None:
+    """Busy from product 100 on, but every other pooled product is fast (the other process was
+    off its core for a moment), so every probe wins and the next product collapses: the waits
+    still double up to MAX_WAIT, and nearly every product runs on one thread."""
+    pooled_calls = [0]
+
+    def cost(pooled: bool, i: int) -> float:
+        if not pooled:
+            return ONE
+        if i < 100:
+            return POOL
+        pooled_calls[0] += 1
+        return POOL if pooled_calls[0] % 2 else COLLAPSED  # a lucky probe, then the collapse
+
+    chosen = simulate(cost, 40_000)
+    runs = [i for i in range(101, len(chosen)) if not chosen[i] and chosen[i - 1]]
+    waits = [
+        next((j for j in range(start, len(chosen)) if chosen[j]), len(chosen)) - start
+        for start in runs
+    ]
+    assert waits[:-1] == [min(PROBE_WAIT << k, MAX_WAIT) for k in range(len(waits) - 1)]
+    assert sum(chosen[101:]) / len(chosen[101:]) < 0.005
+
+
 def test_the_pool_comes_back_when_the_other_process_ends() -> None:
     """Busy from product 100 to 3000, idle after: the first probe after 3000 wins and the pool
     owns every product from then on, the wait starting short again next time."""

@@ -17,7 +17,9 @@ So :class:`Owner` chooses per product shape, from the times it measures:
 * **one thread** (OpenBLAS at 1) after a product that took longer. Every ``wait`` products one
   product tries the pool again (a probe); if the probe beats the fastest recent one-thread time,
   the pool owns the shape again, else ``wait`` doubles, up to ``MAX_WAIT``, so that a machine
-  that stays busy pays one slow product in ~1000.
+  that stays busy pays one slow product in ~1000. A probe can win by luck on a busy machine
+  (the other process is off its core for a moment); when the pool then loses again within
+  ``HOLD`` products, the wait still doubles instead of starting again at ``PROBE_WAIT``.
 
 "The fastest recent" time is a running minimum that lets go of an old minimum by ``DRIFT`` (1 %)
 a product, so a machine that got slower for good is followed. Only OpenBLAS's count changes
@@ -38,12 +40,13 @@ from typing import Callable
 from . import threads
 from .blas import held_at
 
-__all__ = ["DRIFT", "MAX_WAIT", "OWNER", "PROBE_WAIT", "SLOWER", "Owner"]
+__all__ = ["DRIFT", "HOLD", "MAX_WAIT", "OWNER", "PROBE_WAIT", "SLOWER", "Owner"]
 
 SLOWER = 2.0  # a pooled product this many times the fastest recent one: one thread takes over
 PROBE_WAIT = 16  # one-thread products before the first probe of the pool
 MAX_WAIT = 1024  # ... and at most this many between probes while the pool stays slow
 DRIFT = 1.01  # the fastest recent time lets go of an old minimum by 1 % a product
+HOLD = 4 * MAX_WAIT  # pooled products the pool must hold for before the wait starts afresh
 
 
 @dataclass
@@ -55,6 +58,7 @@ class _Shape:
     best_one: float = math.inf  # fastest recent one-thread product
     wait: int = PROBE_WAIT  # one-thread products until the next probe
     backoff: int = PROBE_WAIT  # the wait after a probe that lost
+    held: int = HOLD  # pooled products since the pool last took the shape over
 
 
 class Owner:
@@ -87,15 +91,18 @@ class Owner:
         s = self.shapes.setdefault(key, _Shape())
         if pooled:
             s.best_pool = min(cost, s.best_pool * DRIFT)
+            s.held += 1
         else:
             s.best_one = min(cost, s.best_one * DRIFT)
             s.wait -= 1
         if s.pooled and cost > SLOWER * s.best_pool:  # another process holds a core
-            s.pooled, s.wait, s.backoff = False, PROBE_WAIT, PROBE_WAIT
+            # a pool that held only briefly won its probe by luck: keep backing off
+            s.backoff = PROBE_WAIT if s.held >= HOLD else min(2 * s.backoff, MAX_WAIT)
+            s.pooled, s.wait = False, s.backoff
             s.best_one = math.inf  # one thread's speed now, not from an earlier spell
         elif not s.pooled and pooled:  # a probe
             if cost < s.best_one:
-                s.pooled = True
+                s.pooled, s.held = True, 0
             else:
                 s.backoff = min(2 * s.backoff, MAX_WAIT)
                 s.wait = s.backoff
