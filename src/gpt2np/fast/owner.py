@@ -46,7 +46,7 @@ SLOWER = 2.0  # a pooled product this many times the fastest recent one: one thr
 PROBE_WAIT = 16  # one-thread products before the first probe of the pool
 MAX_WAIT = 1024  # ... and at most this many between probes while the pool stays slow
 DRIFT = 1.01  # the fastest recent time lets go of an old minimum by 1 % a product
-HOLD = 4 * MAX_WAIT  # pooled products the pool must hold for before the wait starts afresh
+HOLD = 64  # a pool that loses again sooner than this after a won probe had won by luck
 
 
 @dataclass
