@@ -437,7 +437,7 @@ class Tokenizer:
             if space is not None:  # the piece goes on, or ends in this chunk
                 _refuse_disallowed(done + chunk, disallowed)
                 if not after:
-                    lead = _LEADING_SPACE.match(chunk).end()  # type: ignore[union-attr]
+                    lead = _leading_space(chunk)
                     yield from space.add(chunk[:lead])
                     chunk = chunk[lead:]
                     if not chunk:
@@ -464,7 +464,7 @@ class Tokenizer:
                 if ids:
                     yield ids
             held, size, searched = [text], len(text), len(text)
-            lead = _LEADING_SPACE.match(text).end()  # type: ignore[union-attr]
+            lead = _leading_space(text)
             if runs_ok and lead > READ_CHARS:  # one piece of whitespace, long: not held
                 _refuse_disallowed(done + text[:lead], disallowed)
                 held, size, searched, done = [], 0, 0, ""
@@ -821,6 +821,12 @@ class _Chunks:
 
 _SPACE = regex.compile(r"\s")  # whitespace as PATTERN reads it
 _LEADING_SPACE = regex.compile(r"\s*")
+
+
+def _leading_space(text: str) -> int:
+    """How many characters of whitespace (as PATTERN reads it) start ``text``."""
+    found = _LEADING_SPACE.match(text)
+    return found.end() if found else 0
 
 
 def _check_text(text: object, what: str = "text") -> None:
