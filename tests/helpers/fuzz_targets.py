@@ -476,7 +476,8 @@ def _feed(fd: int, source: str, data: bytes, rng, streams: bool) -> None:
         unit = rng.choice(
             [b" ", b"\n", b"\t", b"\n ", b"\r\n", "\u3000".encode(), "\t\u2028 ".encode()]
         )
-        block, limit = unit * (65536 // len(unit)), (4 << 20 if streams else 300 << 20)
+        block = unit * (65536 // len(unit))  # whole characters, and so is the limit: ~4 MiB
+        limit = len(block) * (64 if streams else 4800)
     else:
         block = data * (65536 // max(len(data), 1) + 1)
         limit = 1 << 18 if streams else 300 << 20
