@@ -841,6 +841,18 @@ def test_encode_stream_refuses_only_a_long_stretch_with_no_safe_place(
     assert streamed == tok.encode_ordinary(text)
 
 
+def test_a_character_of_several_bytes_is_one_symbol_only_where_that_is_certain(tok) -> None:
+    """U+00A0 (C2 A0) always becomes token 1849 first after "\\n" or itself, so a stretch
+    of them is held as runs of that token; after a space it is not (" \\xc2" ranks before
+    "\\xc2\\xa0"), nor is U+3000 (no one token)."""
+    nbsp, whole = "\xa0", tok._whole_symbol
+    assert tok.encode(nbsp) == [1849]
+    assert whole(nbsp, frozenset("\n\xa0"), frozenset({("\n", nbsp), (nbsp, nbsp)})) == 1849
+    assert whole(nbsp, frozenset(" \xa0"), frozenset({(" ", nbsp)})) is None
+    assert whole(nbsp, frozenset(" \xa0"), frozenset({(nbsp, " ")})) == 1849
+    assert whole("\u3000", frozenset("\u3000"), frozenset({("\u3000", "\u3000")})) is None
+
+
 def test_encode_stream_refusal_names_what_the_run_held(tok: Tokenizer, monkeypatch) -> None:
     monkeypatch.setattr(tokenizer_module, "READ_CHARS", 16)
     monkeypatch.setattr(runs_module, "MAX_RUNS", 100)
@@ -855,7 +867,18 @@ def test_encode_stream_refusal_names_what_the_run_held(tok: Tokenizer, monkeypat
 
 
 @pytest.mark.parametrize(
-    "unit", ["\n ", "\r\n", "\t\n  ", "\u3000", "\u3000 \n\xa0", "\u2028\x85\u2029", " \xa0\n"]
+    "unit",
+    [
+        "\n ",
+        "\r\n",
+        "\t\n  ",
+        "\u3000",
+        "\u3000 \n\xa0",
+        "\u2028\x85\u2029",
+        " \xa0\n",
+        "\xa0",
+        "\n\n\xa0\xa0\xa0",
+    ],
 )
 def test_encode_stream_holds_a_bounded_window_of_mixed_whitespace(tok: Tokenizer, unit) -> None:
     """1 MiB of whitespace whose character changes at every step (a run list grew with every

@@ -41,11 +41,20 @@ higher rank):
   and takes one symbol from each.
 
 A run of one single-byte character, however long, stays a few runs through every round, so
-its ids cost time and memory in the number of rounds, not in its length. A stretch with no
-safe place whose characters change often, or whose characters are several bytes each (U+00A0
-repeated: bytes C2 A0 C2 A0 ...), is a run per byte; :class:`SpacePiece` refuses one of more
-than :data:`MAX_RUNS` runs (after :data:`~gpt2np.tokenizer.tokenizer.READ_CHARS` characters
-held as text) rather than hold it.
+its ids cost time and memory in the number of rounds, not in its length. A character of
+several bytes is one symbol, the token it becomes alone, when that token is certain to form
+before any of its bytes can merge with a neighbour's (:func:`whole_symbol`: U+00A0 after
+``"\\n"`` or itself). Proof: merges apply in rank order (a merge's result only pairs at a
+higher rank), its own merges all rank up to R, and no merge of rank R or lower pairs part of
+it with what stands beside it, so each copy is that token once rank R is done, whatever
+happened around it; and the token cannot merge before rank R either way. A stretch with no
+safe place whose characters change often, or that holds characters of several bytes not
+certain to be one symbol (U+00A0 after a space: bytes 20 C2 A0 20 C2 A0 ...), is a run per
+byte; :class:`SpacePiece` refuses one of more than :data:`MAX_RUNS` runs (after
+:data:`~gpt2np.tokenizer.tokenizer.READ_CHARS` characters held as text) rather than hold it.
+For GPT-2 that is only a stretch of over 65,536 characters, all U+00A0 and single spaces with
+a space before some U+00A0 (``"\\xa0 "`` repeated, as HTML's ``&nbsp; `` gives), perhaps
+after newlines.
 """
 
 from __future__ import annotations
@@ -70,6 +79,7 @@ __all__ = [
     "describe",
     "expand",
     "unsafe_pairs",
+    "whole_symbol",
 ]
 
 #: (symbol id, how many in a row)
@@ -106,6 +116,54 @@ def unsafe_pairs(tokens: Iterable[bytes], chars: str = WHITESPACE) -> dict[str, 
             for x in xs:
                 unsafe[x].update(ys)
     return {c: frozenset(ys) for c, ys in unsafe.items()}
+
+
+def whole_symbol(
+    char: str,
+    alphabet: Iterable[str],
+    lefts: Iterable[str],
+    rights: Iterable[str],
+    table: MergeTable,
+    token_bytes: list[bytes],
+    byte_ids: list[int],
+) -> Optional[int]:
+    """The token a character of several bytes always becomes inside a stretch of whitespace
+    made of ``alphabet``, before any of its bytes can merge with a neighbour's; None when that
+    is not certain. Then the stretch may hold it as one symbol (see the module docstring).
+
+    The character alone must become one token T, by merges of ranks up to R; and no merge of
+    rank R or lower may pair a proper head of its bytes with a token of the alphabet's bytes
+    on its left ending as a character of ``lefts`` (those seen just before it) ends, or a
+    proper tail with one on its right starting as a character of ``rights`` starts. U+00A0
+    (C2 A0) is such a character after ``"\\n"`` or itself, not after a space (``" \\xc2"``
+    ranks before ``"\\xc2\\xa0"``)."""
+    code = char.encode()
+    symbols = [byte_ids[b] for b in code]
+    top = -1
+    while len(symbols) > 1:  # BPE of the character alone, keeping the highest rank used
+        found = [
+            (rank, i)
+            for i, (a, b) in enumerate(zip(symbols, symbols[1:]))
+            if (rank := table.ranks.get(a * table.width + b)) is not None
+        ]
+        if not found:
+            return None
+        rank, i = min(found)
+        top = max(top, rank)
+        symbols[i : i + 2] = [table.merged[rank]]
+    around = set(b"".join(c.encode() for c in alphabet))
+    ends = {c.encode()[-1] for c in lefts}
+    starts = {c.encode()[0] for c in rights}
+    heads = {code[:k] for k in range(1, len(code))}
+    tails = {code[k:] for k in range(1, len(code))}
+    first, second = table.arrays.first, table.arrays.second
+    for rank in range(top + 1):
+        left, right = token_bytes[int(first[rank])], token_bytes[int(second[rank])]
+        if (right in heads and left[-1] in ends and around.issuperset(left)) or (
+            left in tails and right[0] in starts and around.issuperset(right)
+        ):
+            return None
+    return symbols[0]
 
 
 class SpaceCuts:
@@ -178,12 +236,16 @@ class SpacePiece:
         table: MergeTable,
         byte_ids: list[int],
         window: int,
+        whole: Callable[[str, frozenset[str], frozenset[tuple[str, str]]], Optional[int]],
     ) -> None:
         self._cuts, self._encode, self._table, self._byte_ids = cuts, encode, table, byte_ids
+        self._whole = whole  # whole_symbol for this vocabulary
         self._window = max(window, 1)
         self._text = ""  # since the last safe place, while it is short
         self._runs: Optional[list[tuple[str, int]]] = None  # else the stretch, as (char, n)
-        self._n_runs = 0  # runs of symbols (bytes) ``_runs`` stands for
+        self._n_runs = 0  # runs of symbols ``_runs`` stands for
+        self._alphabet: frozenset[str] = frozenset()  # the characters of ``_runs``
+        self._pairs: frozenset[tuple[str, str]] = frozenset()  # and which follows which
         self.chars = 0  # characters of the piece so far
 
     def add(self, text: str) -> Iterator[list[int]]:
@@ -201,6 +263,7 @@ class SpacePiece:
             self._extend(text[:at])
             yield from expand(bpe_runs(self._symbols(self._runs), self._table), self._window)
             self._runs, self._n_runs, text = None, 0, text[at:]
+            self._alphabet, self._pairs = frozenset(), frozenset()
         self._text += text
         if len(self._text) <= self._window:
             return
@@ -232,15 +295,29 @@ class SpacePiece:
         runs = self._runs
         for char, group in itertools.groupby(text):
             count = sum(1 for _ in group)
-            width = len(char.encode())
+            before = runs[-1][0] if runs else char
+            pairs = {(before, char)} if runs else set()
+            pairs |= {(char, char)} if count > 1 else set()
+            if char not in self._alphabet or not pairs <= self._pairs:  # which characters are
+                self._alphabet |= {char}  # one symbol may change
+                self._pairs |= pairs
+                self._n_runs = sum(self._cost(c, n) for c, n in runs)
             if runs and runs[-1][0] == char:
                 runs[-1] = (char, runs[-1][1] + count)
-                self._n_runs += 0 if width == 1 else width * count
+                self._n_runs += self._cost(char, count) - self._cost(char, 0)
             else:
                 runs.append((char, count))
-                self._n_runs += 1 if width == 1 else width * count
+                self._n_runs += self._cost(char, count)
             if self._n_runs > MAX_RUNS:
-                raise WhitespaceRunError(self.chars, self._window, sorted({c for c, _ in runs}))
+                raise WhitespaceRunError(self.chars, self._window, sorted(self._alphabet))
+
+    def _cost(self, char: str, count: int) -> int:
+        """The runs of symbols a run of ``count`` ``char`` (count 0: one more of them) takes:
+        one, unless it is held as its bytes."""
+        width = len(char.encode())
+        if width == 1 or self._whole(char, self._alphabet, self._pairs) is not None:
+            return 1
+        return width * count
 
     def close(self, whole: bool) -> tuple[Iterator[list[int]], str]:
         """(the ids of the rest of the piece, the character left over): the piece whole when
@@ -261,8 +338,11 @@ class SpacePiece:
         symbols: Runs = []
         for char, count in runs:
             code = char.encode()
+            whole = self._whole(char, self._alphabet, self._pairs) if len(code) > 1 else None
             if len(code) == 1:
                 symbols.append((self._byte_ids[code[0]], count))
+            elif whole is not None:
+                symbols.append((whole, count))
             else:
                 symbols += [(self._byte_ids[b], 1) for b in code] * count
         return symbols

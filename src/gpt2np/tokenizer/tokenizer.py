@@ -52,7 +52,7 @@ from .bpe import (
     split_text,
 )
 from .hf_json import read_tokenizer_json
-from .runs import SpaceCuts, SpacePiece, unsafe_pairs
+from .runs import SpaceCuts, SpacePiece, unsafe_pairs, whole_symbol
 from .unstable import completions_of, split_unstable
 from .vocab import ENDOFTEXT, parse_vocabulary, read_vocabulary
 
@@ -397,8 +397,8 @@ class Tokenizer:
         of ``"\\r\\n"`` or of U+3000 take a window of text, not 200 MiB. Memory grows only with
         the longest stretch of text without whitespace. The one run refused is a stretch of
         over :data:`READ_CHARS` characters with no safe place that would take more than
-        :data:`~gpt2np.tokenizer.runs.MAX_RUNS` runs to hold (GPT-2: tens of thousands of
-        U+00A0 in a row, alone or between single spaces): it raises
+        :data:`~gpt2np.tokenizer.runs.MAX_RUNS` runs to hold (GPT-2: over 65,536 characters
+        of U+00A0 and single spaces, ``"\\xa0 "`` repeated): it raises
         :class:`~gpt2np.tokenizer.runs.WhitespaceRunError`, a ValueError naming its characters,
         after the ids before it have been yielded; ``encode`` takes such text whole. A
         disallowed special token raises ValueError when it is reached, after the ids before it
@@ -485,7 +485,25 @@ class Tokenizer:
 
     def _space_piece(self) -> SpacePiece:
         return SpacePiece(self._space_cuts, self._encode_space, self._table, self._byte_ids,
-                          READ_CHARS)  # fmt: skip
+                          READ_CHARS, self._whole_symbol)  # fmt: skip
+
+    def _whole_symbol(
+        self, char: str, alphabet: frozenset[str], pairs: frozenset[tuple[str, str]]
+    ) -> Optional[int]:
+        """:func:`~gpt2np.tokenizer.runs.whole_symbol` for this vocabulary, remembered:
+        ``pairs`` are the (character, the one after it) of the stretch."""
+        lefts = frozenset(a for a, b in pairs if b == char)
+        rights = frozenset(b for a, b in pairs if a == char)
+        key = (char, alphabet, lefts, rights)
+        if key not in self._whole_symbols:
+            self._whole_symbols[key] = whole_symbol(
+                char, alphabet, lefts, rights, self._table, self._token_bytes, self._byte_ids
+            )
+        return self._whole_symbols[key]
+
+    @functools.cached_property
+    def _whole_symbols(self) -> dict[tuple[Any, ...], Optional[int]]:
+        return {}
 
     @functools.cached_property
     def _space_cuts(self) -> SpaceCuts:
