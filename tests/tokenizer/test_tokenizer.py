@@ -841,6 +841,22 @@ def test_encode_stream_refuses_only_a_long_stretch_with_no_safe_place(
     assert streamed == tok.encode_ordinary(text)
 
 
+def test_every_merge_ranks_after_the_merges_that_make_its_tokens(tok) -> None:
+    """What bpe_runs and whole_symbol rest on (gpt2np.tokenizer.runs): a token a merge makes
+    only pairs at a higher rank, so merges apply in rank order."""
+    table = tok._table
+    made = {}
+    for rank, token in enumerate(table.merged):
+        made.setdefault(token, rank)
+    first, second = table.arrays.first.tolist(), table.arrays.second.tolist()
+    late = [
+        r
+        for r, (a, b) in enumerate(zip(first, second))
+        if max(made.get(a, -1), made.get(b, -1)) >= r
+    ]
+    assert not late, late[:5]
+
+
 def test_a_character_of_several_bytes_is_one_symbol_only_where_that_is_certain(tok) -> None:
     """U+00A0 (C2 A0) always becomes token 1849 first after "\\n" or itself, so a stretch
     of them is held as runs of that token; after a space it is not (" \\xc2" ranks before
