@@ -132,29 +132,50 @@ def test_a_stretch_without_spaces_is_bounded(monkeypatch, capsys) -> None:
     assert cli.main(["tokenize", "-"]) == 1
     err = capsys.readouterr().err
     assert err == (
-        "gpt2np: error: <stdin> has over 100 characters without a space or line break, more "
-        "than gpt2np tokenize holds at once\n"
+        "gpt2np: error: <stdin> has over 100 characters without a space or line break (no "
+        "whitespace at all), more than gpt2np tokenize holds at once\n"
     )
     monkeypatch.setattr(sys, "stdin", Blocks(b"ab " * 200, 16))  # long, with spaces: fine
     assert cli.main(["tokenize", "-"]) == 0
     capsys.readouterr()
 
 
-def test_tokenize_takes_a_long_run_of_spaces_and_names_what_it_refuses(
-    tok, monkeypatch, capsys
-) -> None:
-    """A run of ASCII whitespace is not held (the tokenizer keeps it as runs): all-space input
-    longer than MAX_STRETCH is tokenized; a run of U+3000 (held whole) is refused, the message
-    saying it is whitespace, not "without a space"."""
+@pytest.mark.parametrize(
+    "run",
+    [" " * 1000 + "\n" * 500, "\n " * 300, "\r\n" * 300, "\u3000" * 300, "\t\u2028 \xa0" * 90],
+)
+def test_tokenize_takes_long_runs_of_any_whitespace(tok, monkeypatch, capsys, run) -> None:
+    """Whitespace of any kind is held a bounded window at a time by the tokenizer, so however
+    long, and whatever its characters, it does not count toward MAX_STRETCH (U+3000 * 300 was
+    refused as "held whole"); the ids are encode's."""
     monkeypatch.setattr(gpt2np.cli.text, "MAX_STRETCH", 100)
     monkeypatch.setattr(gpt2np.tokenizer.tokenizer, "READ_CHARS", 32)
-    monkeypatch.setattr(sys, "stdin", Blocks(b"x" + b" " * 1000 + b"\n" * 500 + b"y", 16))
+    text = "x" + run + "y"
+    monkeypatch.setattr(sys, "stdin", Blocks(text.encode(), 16))
     assert cli.main(["tokenize", "-"]) == 0
-    assert ids_of(capsys.readouterr().out) == tok.encode("x" + " " * 1000 + "\n" * 500 + "y")
-    monkeypatch.setattr(sys, "stdin", Blocks("\u3000".encode() * 300, 15))
+    assert ids_of(capsys.readouterr().out) == tok.encode(text)
+
+
+def test_tokenize_names_what_it_refuses(monkeypatch, capsys) -> None:
+    """A refusal says what the input held: text without whitespace, or a run of whitespace
+    (naming its characters) with no place where a token boundary is certain."""
+    monkeypatch.setattr(gpt2np.cli.text, "MAX_STRETCH", 100)
+    monkeypatch.setattr(gpt2np.tokenizer.tokenizer, "READ_CHARS", 32)
+    monkeypatch.setattr(gpt2np.tokenizer.runs, "MAX_RUNS", 100)
+    monkeypatch.setattr(sys, "stdin", Blocks(b"a " + "\xa0".encode() * 300, 16))
     assert cli.main(["tokenize", "-"]) == 1
     err = capsys.readouterr().err
-    assert "over 100 characters of whitespace in a row" in err and "without a space" not in err
+    assert err.startswith(
+        "gpt2np: error: <stdin> has a run of over 64 whitespace characters, over 32 of them in "
+        "a row of U+0020 SPACE, U+00A0 NO-BREAK SPACE with no place where a token boundary is "
+        "certain"
+    ), err
+    assert "special token" not in err and "without a space" not in err
+    monkeypatch.setattr(sys, "stdin", Blocks(b" " * 300 + b"z" * 300, 16))
+    assert cli.main(["tokenize", "-"]) == 1
+    err = capsys.readouterr().err
+    assert "<stdin> has over 100 characters without a space or line break" in err
+    assert "whitespace characters" not in err
 
 
 def test_detokenize_streams_and_keeps_the_exact_text(tok, monkeypatch) -> None:

@@ -359,7 +359,7 @@ def cli_devices(case: pathlib.Path) -> None:
         if source in ("file", "stdin-file", "pipe") and _should_work(command, data):
             raise Wrong(f"{command} from {source} refused a good input: {err.strip()}")
         if source == "endless-spaces" and command.startswith("tokenize"):
-            raise Wrong(f"{command} refused 4 MiB of one whitespace character: {err.strip()}")
+            raise Wrong(f"{command} refused 4 MiB of whitespace: {err.strip()}")
         raise Refused(f"{command} from {source}: {err.strip()[15:]}")
     if code != 0:
         raise Wrong(f"{command} from {source}: status {code}, stderr {err[-300:]!r}")
@@ -472,8 +472,12 @@ def _feed(fd: int, source: str, data: bytes, rng, streams: bool) -> None:
         block, limit = b"\0" * 65536, 300 << 20
     elif source == "endless-random":
         block, limit = rng.randbytes(65536), 300 << 20
-    elif source == "endless-spaces":  # one run: tokenize holds a few runs of it, not the run
-        block, limit = rng.choice([b" ", b"\n", b"\t"]) * 65536, (4 << 20 if streams else 300 << 20)
+    elif source == "endless-spaces":  # one run, of one character or a mix: held a window at a time
+        unit = rng.choice(
+            [b" ", b"\n", b"\t", b"\n ", b"\r\n", "\u3000".encode(), "\t\u2028 ".encode()]
+        )
+        block = unit * (65536 // len(unit))  # whole characters, and so is the limit: ~4 MiB
+        limit = len(block) * (64 if streams else 4800)
     else:
         block = data * (65536 // max(len(data), 1) + 1)
         limit = 1 << 18 if streams else 300 << 20

@@ -18,6 +18,8 @@ import sys
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
+import regex
+
 from .common import (
     add_model_args,
     load_model,
@@ -34,9 +36,9 @@ if TYPE_CHECKING:
 
 __all__ = ["add_parsers", "iter_ids", "run_detokenize", "run_score", "run_tokenize"]
 
-#: The longest stretch of text without a space or line break (or of whitespace other than
-#: ASCII's) that tokenize holds (the tokenizer encodes text up to a place where its
-#: pre-tokeniser always cuts, which needs one; a run of ASCII whitespace it holds as runs).
+#: The longest stretch of text without whitespace that tokenize holds (the tokenizer encodes
+#: text up to a place where its pre-tokeniser always cuts, which needs whitespace; whitespace
+#: itself it holds a bounded window of).
 MAX_STRETCH = 4 << 20
 #: The longest run of characters detokenize reads as one id ("50256" is 5).
 MAX_ID_CHARS = 64
@@ -190,11 +192,20 @@ def _write_ids(batches: Iterator[list[int]], out: TextIO, as_json: bool) -> None
 
 def _hint_special(batches: Iterator[list[int]], name: str, special: str) -> Iterator[list[int]]:
     """The tokenizer refuses a disallowed special token with a ValueError that speaks of its
-    arguments; say the command's flag instead."""
+    arguments; say the command's flag instead. A run of whitespace it refuses is named as what
+    the input holds."""
+    from ..tokenizer.runs import MAX_RUNS, WhitespaceRunError, describe
+
     try:
         yield from batches
     except InputError:
         raise
+    except WhitespaceRunError as e:
+        raise InputError(
+            f"{name} has a run of over {e.chars:,} whitespace characters, over {e.window:,} of "
+            f"them in a row of {describe(e.held)} with no place where a token boundary is "
+            f"certain: more than gpt2np tokenize holds at once (over {MAX_RUNS:,} runs of bytes)"
+        ) from None
     except ValueError:
         raise ValueError(
             f"{name} contains the special token {special}; pass --allow-special to encode it as "
@@ -202,35 +213,25 @@ def _hint_special(batches: Iterator[list[int]], name: str, special: str) -> Iter
         ) from None
 
 
-def _bounded_stretches(chunks: Iterable[str], name: str) -> Iterator[str]:
-    """``chunks``, refusing a stretch of more than :data:`MAX_STRETCH` characters that the
-    tokenizer would hold whole (``cat /dev/zero | gpt2np tokenize -`` would grow without end):
-    text with no place where the pre-tokeniser always cuts, or whitespace other than ASCII's.
-    A run of ASCII whitespace, however long, is held as runs of one character
-    (:meth:`~gpt2np.tokenizer.tokenizer.Tokenizer.encode_stream`), so it does not count."""
-    from ..tokenizer.bpe import ASCII_SPACE, last_cut
+_SPACE = regex.compile(r"\s", regex.REVERSE)  # the last whitespace, as the pre-tokeniser reads it
 
-    since, last, run = 0, "", True  # held characters; the character before; ASCII spaces only
+
+def _bounded_stretches(chunks: Iterable[str], name: str) -> Iterator[str]:
+    """``chunks``, refusing a stretch of more than :data:`MAX_STRETCH` characters without
+    whitespace, which the tokenizer would hold whole (``cat /dev/zero | gpt2np tokenize -``
+    would grow without end): it encodes text up to a place where its pre-tokeniser always cuts,
+    a non-space before whitespace. Whitespace of any kind, however long, it holds a bounded
+    window of (:meth:`~gpt2np.tokenizer.tokenizer.Tokenizer.encode_stream`), so it does not
+    count; the rare run it cannot hold so is refused by the tokenizer (:func:`_hint_special`)."""
+    since = 0  # characters since the last whitespace
     for chunk in chunks:
-        text = last + chunk
-        cut = last_cut(text)
-        if cut:
-            tail = text[cut:]
-            run = not tail.strip(ASCII_SPACE)
-            since = 0 if run else len(tail)
-        elif run and not chunk.strip(ASCII_SPACE):
-            since = 0
-        else:
-            since = len(chunk.lstrip(ASCII_SPACE)) + 1 if run else since + len(chunk)
-            run = False
+        found = _SPACE.search(chunk)
+        since = len(chunk) - found.end() if found else since + len(chunk)
         if since > MAX_STRETCH:
-            held = "of whitespace in a row" if chunk.isspace() else "without a space or line break"
             raise InputError(
-                f"{name} has over {MAX_STRETCH:,} characters {held}, more than gpt2np tokenize "
-                "holds at once" + (" (whitespace other than ASCII's is held whole)"
-                                   if chunk.isspace() else "")
-            )  # fmt: skip
-        last = chunk[-1:]
+                f"{name} has over {MAX_STRETCH:,} characters without a space or line break (no "
+                "whitespace at all), more than gpt2np tokenize holds at once"
+            )
         yield chunk
 
 

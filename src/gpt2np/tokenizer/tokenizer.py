@@ -41,7 +41,6 @@ import numpy.typing as npt
 import regex
 
 from .bpe import (
-    ASCII_SPACE,
     LONG_PIECE,
     PATTERN,
     MergeTable,
@@ -53,7 +52,7 @@ from .bpe import (
     split_text,
 )
 from .hf_json import read_tokenizer_json
-from .runs import bpe_runs, expand
+from .runs import SpaceCuts, SpacePiece, unsafe_pairs, whole_symbol
 from .unstable import completions_of, split_unstable
 from .vocab import ENDOFTEXT, parse_vocabulary, read_vocabulary
 
@@ -82,6 +81,8 @@ CACHE_MAX_CHARS = 1 << 10
 #: Characters pre-tokenised at a time (more, when no cut point comes sooner). Small parts keep
 #: a stray non-ASCII character from sending much text past the faster ASCII pattern.
 PART_CHARS = 1 << 11
+#: Whitespace parts longer than this many bytes are merged in arrays by encode_stream.
+SHORT_SPACE = 64
 #: Characters read at a time from a file given to encode_stream.
 READ_CHARS = 1 << 16
 
@@ -386,13 +387,22 @@ class Tokenizer:
 
         A chunk may end anywhere, even inside a word: text is held back until a place where
         the pre-tokeniser always cuts, then encoded about :data:`READ_CHARS` characters at a
-        time. A file object is read in blocks of that size, not by lines. A run of ASCII
-        whitespace longer than that (one piece, whose ids depend on all of it) is held as
-        runs of one character and encoded by :func:`~gpt2np.tokenizer.runs.bpe_runs`: 200 MiB
-        of spaces cost a few runs, not 200 MiB. Memory grows with the longest stretch of text
-        without whitespace, and with the changes of character in a whitespace run (``"\n "``
-        repeated). A disallowed special token raises ValueError when it is reached, after the
-        ids before it have been yielded.
+        time. A file object is read in blocks of that size, not by lines. A run of whitespace
+        of any kind longer than that (one piece, whose ids depend on all of it) is not held
+        (:mod:`gpt2np.tokenizer.runs`; unless a string in ``disallowed_special`` holds
+        whitespace): it is cut at places no token of the vocabulary can
+        span, which leaves BPE's result unchanged (GPT-2: between any two different ASCII
+        whitespace characters, between two spaces, ...), and a stretch with no such place is
+        held as runs of one character (``"\\n"`` repeated: a few runs). So 200 MiB of spaces,
+        of ``"\\r\\n"`` or of U+3000 take a window of text, not 200 MiB. Memory grows only with
+        the longest stretch of text without whitespace. The one run refused is a stretch of
+        over :data:`READ_CHARS` characters with no safe place that would take more than
+        :data:`~gpt2np.tokenizer.runs.MAX_RUNS` runs to hold (GPT-2: over 65,536 characters
+        of U+00A0 and single spaces, ``"\\xa0 "`` repeated): it raises
+        :class:`~gpt2np.tokenizer.runs.WhitespaceRunError`, a ValueError naming its characters,
+        after the ids before it have been yielded; ``encode`` takes such text whole. A
+        disallowed special token raises ValueError when it is reached, after the ids before it
+        have been yielded.
 
         >>> with open("corpus.txt", encoding="utf-8") as f:          # doctest: +SKIP
         ...     for ids in tok.encode_stream(f):
@@ -419,24 +429,26 @@ class Tokenizer:
         held: list[str] = []  # held[0]: text after the last cut, which holds no cut point
         size = searched = 0
         done = ""
-        run: list[tuple[str, int]] = []  # a long run of ASCII whitespace, as (char, count)
-        after = ""  # the text after the run, while it may still be an allowed special token
+        space: Optional[SpacePiece] = None  # a long piece of whitespace, encoded as it comes
+        after = ""  # the text after it, while it may still be an allowed special token
         runs_ok = not any(map(_SPACE.search, disallowed))  # else a run is checked as text
-        for chunk in chunks:
-            _check_text(chunk, "each chunk")
-            if run:  # the run goes on, or ends in this chunk
+        source = _Chunks(chunks)
+        for chunk in source:
+            if space is not None:  # the piece goes on, or ends in this chunk
                 _refuse_disallowed(done + chunk, disallowed)
                 if not after:
-                    chunk, ended = _extend_run(run, chunk)
-                    if not ended:
+                    lead = _leading_space(chunk)
+                    yield from space.add(chunk[:lead])
+                    chunk = chunk[lead:]
+                    if not chunk:
                         continue
                 after += chunk
-                closed = self._close_run(run, after, allowed, final=False)
+                closed = self._close_space(space, after, allowed, final=False)
                 if closed is None:
                     continue
-                ids_of_run, chunk = closed
-                yield from ids_of_run
-                run, after, searched = [], "", 0
+                ids_of_space, chunk = closed
+                yield from ids_of_space
+                space, after, searched = None, "", 0
             held.append(chunk)
             size += len(chunk)
             if size < max(READ_CHARS, 2 * searched):  # doubling: no quadratic re-joining
@@ -452,16 +464,18 @@ class Tokenizer:
                 if ids:
                     yield ids
             held, size, searched = [text], len(text), len(text)
-            if runs_ok and len(text) > READ_CHARS and not text.strip(ASCII_SPACE):  # a run
-                _refuse_disallowed(done + text, disallowed)
+            lead = _leading_space(text)
+            if runs_ok and lead > READ_CHARS:  # one piece of whitespace, long: not held
+                _refuse_disallowed(done + text[:lead], disallowed)
                 held, size, searched, done = [], 0, 0, ""
-                _extend_run(run, text)
-        if run and not after:
-            yield from self._run_ids(run, whole=True)
-            return
-        if run:
-            ids_of_run, text = self._close_run(run, after, allowed, final=True) or (iter(()), after)
-            yield from ids_of_run
+                space = self._space_piece()
+                yield from space.add(text[:lead])
+                source.put_back(text[lead:])
+        if space is not None:
+            closed = self._close_space(space, after, allowed, final=True)
+            assert closed is not None  # final: the text after it is all there is
+            ids_of_space, text = closed
+            yield from ids_of_space
             held = [text]
         text = "".join(held)
         _refuse_disallowed(done + text, disallowed)
@@ -469,29 +483,59 @@ class Tokenizer:
         if ids:
             yield ids
 
-    def _run_ids(self, run: list[tuple[str, int]], whole: bool) -> Iterator[list[int]]:
-        """The ids of the piece a whitespace ``run`` makes: the run whole when the text (or a
-        part between special tokens) ends with it, else the run but its last character, which
-        joins the next word's piece."""
-        symbols = [(self._byte_ids[ord(c)], n) for c, n in run]
-        if not whole:
-            symbols[-1] = (symbols[-1][0], symbols[-1][1] - 1)
-        return expand(bpe_runs(symbols, self._table), READ_CHARS)
+    def _space_piece(self) -> SpacePiece:
+        return SpacePiece(self._space_cuts, self._encode_space, self._table, self._byte_ids,
+                          READ_CHARS, self._whole_symbol)  # fmt: skip
 
-    def _close_run(
-        self, run: list[tuple[str, int]], after: str, allowed: Set[str], final: bool
+    def _whole_symbol(
+        self, char: str, alphabet: frozenset[str], pairs: frozenset[tuple[str, str]]
+    ) -> Optional[int]:
+        """:func:`~gpt2np.tokenizer.runs.whole_symbol` for this vocabulary, remembered:
+        ``pairs`` are the (character, the one after it) of the stretch."""
+        lefts = frozenset(a for a, b in pairs if b == char)
+        rights = frozenset(b for a, b in pairs if a == char)
+        key = (char, alphabet, lefts, rights)
+        if key not in self._whole_symbols:
+            self._whole_symbols[key] = whole_symbol(
+                char, alphabet, lefts, rights, self._table, self._token_bytes, self._byte_ids
+            )
+        return self._whole_symbols[key]
+
+    @functools.cached_property
+    def _whole_symbols(self) -> dict[tuple[Any, ...], Optional[int]]:
+        return {}
+
+    @functools.cached_property
+    def _space_cuts(self) -> SpaceCuts:
+        """The safe places of whitespace for this vocabulary (:mod:`~gpt2np.tokenizer.runs`),
+        from the tokens its merges make."""
+        return SpaceCuts(unsafe_pairs(self._token_bytes[i] for i in set(self._table.merged)))
+
+    def _encode_space(self, text: str) -> list[int]:
+        """BPE of whitespace ``text`` as one piece (no pre-tokenising, no cache), in arrays
+        (:func:`~gpt2np.tokenizer.bpe.bpe_rounds`: a part of a run is thousands of bytes)."""
+        data = text.encode()
+        if len(data) <= SHORT_SPACE:
+            return self._bpe_bytes(data)
+        merged: list[int] = bpe_rounds(self._byte_id_array[np.frombuffer(data, np.uint8)],
+                                       self._table).tolist()  # fmt: skip
+        return merged
+
+    def _close_space(
+        self, space: SpacePiece, after: str, allowed: Set[str], final: bool
     ) -> Optional[tuple[Iterator[list[int]], str]]:
-        """(the ids of a whitespace ``run``, the text to hold after them) once the text
-        ``after`` it (which does not start with ASCII whitespace) tells how the run's piece
-        ends; None while ``after`` may still grow into an allowed special token."""
+        """(the ids of a whitespace piece, the text to hold after them) once the text ``after``
+        it (which does not start with whitespace) tells how the piece ends; None while
+        ``after`` may still grow into an allowed special token."""
+        if not after:  # the text ends with it
+            return space.close(whole=True)[0], ""
         follows = [t for t in allowed if t.startswith(after[: len(t)])]
         if not final and any(len(after) < len(t) for t in follows):
             return None
-        if any(after.startswith(t) for t in follows):  # the part the run ends ends there
-            return self._run_ids(run, whole=True), after
-        if _SPACE.match(after):  # other whitespace: the piece goes on; held as text
-            return iter(()), "".join(char * count for char, count in run) + after
-        return self._run_ids(run, whole=False), run[-1][0] + after
+        if any(after.startswith(t) for t in follows):  # the part the piece ends ends there
+            return space.close(whole=True)[0], after
+        ids, last = space.close(whole=False)
+        return ids, last + after
 
     def _specials(
         self, allowed_special: SpecialSet, disallowed_special: SpecialSet
@@ -771,22 +815,36 @@ class StreamDecoder:
         return self._utf8.decode(b"", final=True)
 
 
+class _Chunks:
+    """An iterator of str chunks (each checked) into which text can be put back, to be the
+    next chunk."""
+
+    def __init__(self, chunks: Iterable[str]) -> None:
+        self._chunks, self._back = iter(chunks), ""
+
+    def __iter__(self) -> _Chunks:
+        return self
+
+    def __next__(self) -> str:
+        if self._back:
+            chunk, self._back = self._back, ""
+            return chunk
+        chunk = next(self._chunks)
+        _check_text(chunk, "each chunk")
+        return chunk
+
+    def put_back(self, text: str) -> None:
+        self._back += text
+
+
 _SPACE = regex.compile(r"\s")  # whitespace as PATTERN reads it
+_LEADING_SPACE = regex.compile(r"\s*")
 
 
-def _extend_run(run: list[tuple[str, int]], text: str) -> tuple[str, bool]:
-    """Add the ASCII whitespace that starts ``text`` to ``run`` (char, count); return the rest
-    of ``text`` and whether the run ended in it (at a character that is not ASCII whitespace:
-    another space character than those would belong to the run, so it is held back as text
-    with the run's last character by the caller; see :func:`_run_ids`)."""
-    rest = text.lstrip(ASCII_SPACE)
-    for char, group in itertools.groupby(text[: len(text) - len(rest)]):
-        count = sum(1 for _ in group)
-        if run and run[-1][0] == char:
-            run[-1] = (char, run[-1][1] + count)
-        else:
-            run.append((char, count))
-    return rest, bool(rest)
+def _leading_space(text: str) -> int:
+    """How many characters of whitespace (as PATTERN reads it) start ``text``."""
+    found = _LEADING_SPACE.match(text)
+    return found.end() if found else 0
 
 
 def _check_text(text: object, what: str = "text") -> None:
