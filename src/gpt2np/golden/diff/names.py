@@ -2,7 +2,11 @@
 to be.
 
 Every tensor the golden file holds is expected from the port, except its inputs (``ids``,
-``prefix_ids``, ``targets``: the port reads them, it need not write them back). A port that
+``prefix_ids``, ``targets``, and ``past``, the prefix's cache that a decode step starts from:
+the port reads or builds them, it need not write them back) and what is derived from the
+logits outside the forward pass (``loss``, ``loss.mean``). So a port that writes exactly what
+:func:`gpt2np.trace` returns passes against :func:`gpt2np.dump` of the same ids. These
+optional tensors are compared when the port writes them, and required with ``strict``. A port that
 produces only some tensors says so: ``only`` (globs) limits the comparison to the golden
 tensors it names, ``allow_missing`` (globs, ``"*"`` for all) lets the named ones be absent.
 Without that, a missing tensor fails the comparison: a port that writes ``h0_ln_1.npy`` for
@@ -18,10 +22,14 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Optional, Union
 
-__all__ = ["INPUTS", "globs", "selected", "suggest_names"]
+__all__ = ["DERIVED", "INPUTS", "OPTIONAL", "globs", "selected", "suggest_names"]
 
-#: Golden tensors that are inputs: a port need not write them.
-INPUTS = ("ids", "prefix_ids", "targets")
+#: Golden tensors that are inputs of the traced pass: a port need not write them.
+INPUTS = ("ids", "prefix_ids", "targets", "past")
+#: Golden tensors computed from the logits after the forward pass (not traced): optional too.
+DERIVED = ("loss", "loss.mean")
+#: What a port need not write unless the comparison is strict.
+OPTIONAL = INPUTS + DERIVED
 Globs = Union[str, Iterable[str], None]
 
 
