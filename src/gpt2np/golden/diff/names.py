@@ -67,16 +67,38 @@ def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name)
 
 
+#: HF transformers' module names (examples/hf_dump.py's hooks) -> the golden's, per block
+_HF_BLOCK = {"attn.c_attn": "attn.qkv", "mlp.act": "mlp.gelu"}
+_HF_TOP = {"wte": "embed.tokens", "wpe": "embed.positions", "drop": "embed.sum",
+           "lm_head": "logits", "ln_f": "ln_f"}  # fmt: skip
+
+
+def hf_name(name: str) -> Optional[str]:
+    """The golden name of an HF transformers module's output (``transformer.h.0.mlp.act`` ->
+    ``h0.mlp.gelu``, ``transformer.wte`` -> ``embed.tokens``), or None for another name."""
+    bare = re.sub(r"^(?:model\.)?(?:transformer\.)?", "", name)
+    if bare in _HF_TOP:
+        return _HF_TOP[bare]
+    m = re.fullmatch(r"h\.(\d+)\.(.+)", bare)
+    if m is None:
+        return None
+    return f"h{m.group(1)}." + _HF_BLOCK.get(m.group(2), m.group(2))
+
+
 def suggest_names(extra: Sequence[str], missing: Sequence[str]) -> dict[str, str]:
-    """extra port name -> the missing golden name it most likely is (only when clear)."""
+    """extra port name -> the missing golden name it most likely is (only when clear): HF's
+    module names first (:func:`hf_name`), then the same letters and digits, then a near
+    spelling."""
     by_key: dict[str, Optional[str]] = {}
     for name in missing:
         k = _key(name)
         by_key[k] = None if k in by_key else name  # two golden names, one key: not clear
     out: dict[str, str] = {}
     taken: set[str] = set()
+    wanted = set(missing)
     for name in extra:
-        found = by_key.get(_key(name))
+        hf = hf_name(name)
+        found = hf if hf in wanted else by_key.get(_key(name))
         if found is None:
             close = difflib.get_close_matches(name, missing, n=2, cutoff=0.85)
             found = close[0] if len(close) == 1 else None
