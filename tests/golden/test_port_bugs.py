@@ -151,7 +151,8 @@ MISLED = {"step_only_mask": "upper-left corner", "pad_positions_unshifted": "pad
 UNEXPLAINED = ["fc_noise", "neg_inf_pad"]
 NEW_HINTS = ["step_only_mask", "pad_positions_unshifted", "nan_in_mlp", "qkv_per_head",
              "heads_dh_h", "merge_no_transpose", "c_proj_transposed", "softmax_wrong_axis",
-             "mask_after_softmax", "resid_from_ln_1", "embed_scaled", "scores_by_d_model"]  # fmt: skip
+             "mask_after_softmax", "resid_from_ln_1", "embed_scaled",
+             "scores_by_d_model"]  # fmt: skip
 
 
 @pytest.mark.parametrize("bug", list(BUGS))
