@@ -220,6 +220,18 @@ def test_the_nan_hint_names_where_it_first_appears_and_nothing_after(small) -> N
     )
 
 
+def test_nan_left_in_the_padding_does_not_silence_the_hints(small) -> None:
+    """NaN in padded query rows only (not compared, never leaking) stops no hint downstream."""
+    golden, port = small.run({"erf_gelu"}, case="padded")
+    for i in range(small.hp.n_layer):
+        probs = port[f"h{i}.attn.probs"].copy()
+        probs[1, :, : small.pad[1]] = np.nan  # row 1's padded queries
+        port[f"h{i}.attn.probs"] = probs
+    report = gpt2np.compare(golden, port)
+    assert report.first_nonfinite.startswith("NaN in the padded positions of h0.attn.probs")
+    assert any("GELU in the exact erf form" in h for h in report.hints), report.hints
+
+
 def test_hf_tensor_names_are_renames(small) -> None:
     """HF's module names (examples/hf_dump.py's table) read as the golden names they are."""
     golden, tensors = small.run()

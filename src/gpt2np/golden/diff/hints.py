@@ -45,9 +45,11 @@ def search_all(rows: list[TensorDiff], born: Optional[str], g: Source, p: Source
         batchless[0].hints = [_batch_text(batchless[0], len(batchless))]
     # right padding shifts the ids too: with the ids (or token embeddings) agreeing it is not that
     ctx.tokens_agree = any(r.name in ("ids", "embed.tokens") and r.status == "ok" for r in rows)
-    # a NaN or inf explains every difference after it: no variant is named from there on
-    origin = next((i for i, r in enumerate(rows) if r.nonfinite), len(rows))
-    if origin < len(rows) and (rows[origin].n_nan or rows[origin].n_inf):
+    # a compared NaN or inf explains every difference after it: no variant is named from there
+    # on; its hint names where it is born, unless that is in padding before it (said elsewhere:
+    # CompareReport.first_nonfinite). NaN left in the padding alone stops nothing.
+    origin = next((i for i, r in enumerate(rows) if r.n_nan or r.n_inf), len(rows))
+    if origin < len(rows) and not any(r.nonfinite for r in rows[:origin]):
         rows[origin].hints = [_nonfinite_hint(rows[origin])]
     rows = rows[:origin]
     failing = [r for r in failing if r in rows]
