@@ -144,6 +144,7 @@ EXPECTED = {
         "scores divided by √D = √64 (d_model) instead of √Dh = √16",
     ),
     "fc_noise": ("step", "h0.mlp.c_fc", None),
+    "pad_unmasked": ("padded", "h0.attn.probs", "the padding is not masked"),
 }
 #: The bugs whose hint named a wrong cause before issue 34 (what it said), and those with none.
 MISLED = {"step_only_mask": "upper-left corner", "pad_positions_unshifted": "pads on the right",
@@ -152,7 +153,7 @@ UNEXPLAINED = ["fc_noise", "neg_inf_pad"]
 NEW_HINTS = ["step_only_mask", "pad_positions_unshifted", "nan_in_mlp", "qkv_per_head",
              "heads_dh_h", "merge_no_transpose", "c_proj_transposed", "softmax_wrong_axis",
              "mask_after_softmax", "resid_from_ln_1", "embed_scaled",
-             "scores_by_d_model"]  # fmt: skip
+             "scores_by_d_model", "pad_unmasked"]  # fmt: skip
 
 
 @pytest.mark.parametrize("bug", list(BUGS))

@@ -55,6 +55,7 @@ BUGS = {
     "embed_scaled": "token embeddings multiplied by √D (the Transformer paper's scaling)",
     "scores_by_d_model": "scores scaled by 1/√D (D = n_embd) instead of 1/√Dh",
     "fc_noise": "an unexplained error: block 0's mlp.c_fc off by small noise (no hint fits)",
+    "pad_unmasked": "a left-padded batch whose padded keys are not masked",
 }
 PRECISIONS = ("float64", "float32", "tf32", "float16", "bfloat16")
 
@@ -301,7 +302,7 @@ class ToyPort:
             allowed = np.ones((T, S), bool)
         if past and "step_only_mask" in self.bugs:
             allowed &= s >= past
-        if self.pad is not None:
+        if self.pad is not None and "pad_unmasked" not in self.bugs:
             allowed &= s >= int(self.pad[b])
         if self.right is not None:  # right padding: the row's keys end at its length
             allowed &= s < S - int(self.right[b])

@@ -18,7 +18,8 @@ tensor              variants tried
 ``*.attn.scores``   the cache's K and V swapped; the past placed after the step's keys
 ``*.attn.probs``    a token that cannot see itself; no causal mask on the step; the mask's
                     upper-left corner; only the step's keys seen; the past after the step's
-                    keys; K and V swapped; the softmax over the queries; the mask after it
+                    keys; K and V swapped; the softmax over the queries; the mask after it;
+                    padded keys left unmasked (the rest scaled by 1 − their mass)
 ``*.attn.merged``   the heads merged without the transpose
 ``*.attn.c_proj``   its square weight transposed (fitted: needs more real positions than D)
 ``*.resid_mid/out`` the residual taken from the LayerNorm's output
@@ -476,7 +477,34 @@ def _probs(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
             how = explains(port, make(), probs, mask, gold.ctx, probs=True)
         if how:
             return f"port {name} matches the golden's scores put through {text} ({how})"
-    return None
+    return _padding_seen(name, port, probs, mask, gold)
+
+
+def _padding_seen(
+    name: str, port: np.ndarray, probs: np.ndarray, mask: Optional[np.ndarray], gold: Golden
+) -> Optional[str]:
+    """A left-padded batch whose padded keys are not masked. The golden file holds no scores
+    for padding (0 there), so the padded keys' probabilities are the port's own; what is
+    checked is the rest: each real key's probability is the golden's times 1 − m, with m the
+    mass the port's row puts on the padding."""
+    if gold.pad is None or not gold.pad.any():
+        return None
+    S = probs.shape[-1]
+    padded = np.arange(S)[None, None, None, :] < gold.pad[:, None, None, None]
+    padded = np.broadcast_to(padded, probs.shape)
+    seen = np.where(padded, np.nan_to_num(port.astype(np.float64)), 0.0)
+    mass = seen.sum(-1, keepdims=True)
+    if not (mass > gold.ctx.atol).any():
+        return None
+    variant = np.where(padded, seen, probs * (1.0 - mass))
+    how = explains(port, variant, probs, mask, gold.ctx, probs=True)
+    if not how:
+        return None
+    return (
+        f"port {name} is the golden's with probability on the padded keys and the rest scaled "
+        "down to make room: the padding is not masked; a left-padded row's keys s < pad[b] must "
+        f"be masked like the future ones ({how})"
+    )
 
 
 # -- the past ------------------------------------------------------------------------------------
