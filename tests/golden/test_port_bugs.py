@@ -238,7 +238,8 @@ def test_hf_tensor_names_are_renames(small) -> None:
     golden, tensors = small.run()
     hf = {"transformer.wte": "embed.tokens", "transformer.h.0.mlp.act": "h0.mlp.gelu",
           "h.1.attn.c_attn": "h1.attn.qkv", "transformer.ln_f": "ln_f", "lm_head": "logits",
-          "transformer.h.2.mlp.act": "h2.mlp.gelu",
+          "transformer.h.2.mlp.act": "h2.mlp.gelu", "h3.mlp.act": "h3.mlp.gelu",
+          "blocks.0.attn.c_attn": "h0.attn.qkv",
           "transformer.wpe": "embed.positions"}  # fmt: skip
     port = {k: v for k, v in tensors.items() if k not in hf.values()}
     port.update({theirs: tensors[ours] for theirs, ours in hf.items()})

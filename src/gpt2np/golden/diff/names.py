@@ -79,7 +79,7 @@ def hf_name(name: str) -> Optional[str]:
     bare = re.sub(r"^(?:model\.)?(?:transformer\.)?", "", name)
     if bare in _HF_TOP:
         return _HF_TOP[bare]
-    m = re.fullmatch(r"h\.(\d+)\.(.+)", bare)
+    m = re.fullmatch(r"(?:h|blocks?|layers?)[._]?(\d+)[._](.+)", bare)
     if m is None:
         return None
     return f"h{m.group(1)}." + _HF_BLOCK.get(m.group(2), m.group(2))
