@@ -183,9 +183,9 @@ def test_strict_and_empty_overlap(golden_path, tmp_path) -> None:
     only_logits = tmp_path / "logits.npz"
     np.savez(only_logits, logits=read_npz(golden_path)["logits"])
     report = compare(golden_path, only_logits)  # a port that writes one tensor says so
-    assert not report.ok and "FAIL: 36 tensors missing in port" in str(report)
+    assert not report.ok and "FAIL: 34 tensors missing in port" in str(report)
     assert "--only GLOB" in str(report).splitlines()[-1]
-    assert "missing in port, allowed (2): ids, targets" in str(report)
+    assert "missing in port, allowed (4): ids, targets, loss, loss.mean" in str(report)
     report = compare(golden_path, only_logits, only="logits")
     assert report.ok and [r.name for r in report.rows] == ["logits"]
     report = compare(golden_path, only_logits, allow_missing="*")
@@ -252,7 +252,9 @@ def test_in_memory_mappings_and_traces_on_either_side(tiny_model, golden_path) -
     t = trace(tiny_model, IDS)
     report = compare(golden_path, t, allow_missing="loss*")  # a Trace as the port
     assert report.ok and report.compared == len(t) and report.port.startswith("<Trace(")
-    assert not compare(golden_path, t).ok  # a trace has no loss: that must be said
+    assert compare(golden_path, t).ok  # the loss is optional: a trace is a passing port
+    assert compare(golden_path, t, strict=True).missing_required == ["ids", "targets", "loss",
+                                                                    "loss.mean"]  # fmt: skip
     assert compare(t, golden_path).ok  # and as the golden side
     port = {"h0.ln_1": t["h0.ln_1"], "logits": t["logits"].tolist()}  # any array-like
     assert compare(golden_path, port).compared == 2
@@ -387,6 +389,43 @@ def test_masked_scores_are_not_compared(tiny_model, tmp_path, masked: float) -> 
     assert compare(tmp_path / "g.npz", t).first_divergence == "h0.attn.probs"
 
 
+@pytest.mark.parametrize("mask", ["golden", "-inf", "below the row's minimum"])
+@pytest.mark.parametrize("prefix", [0, 3])
+def test_a_port_writing_what_trace_returns_passes_against_dump(tiny_model, tmp_path, prefix, mask):
+    """Trace equals dump (issue 34, item 5): what gpt2np.trace returns, written as a port's
+    files, passes against gpt2np.dump of the same ids, a plain pass or a decode step, with the
+    scores masked as the golden does, with −inf, or with any value below the row's minimum (the
+    masked keys then get probability 0, as the golden's). Failed before: loss and loss.mean were
+    required, and a trace has none."""
+    ids = [[5, 17, 42, 3, 88, 60, 7]]
+    golden = tmp_path / "g.npz"
+    dump(tiny_model, ids, golden, prefix=prefix)
+    past = tiny_model.forward([ids[0][:prefix]])[1] if prefix else None
+    port = dict(trace(tiny_model, [ids[0][prefix:]], past=past))
+    T, S = len(ids[0]) - prefix, len(ids[0])
+    hidden = np.arange(S)[None, :] > prefix + np.arange(T)[:, None]
+    for name in [n for n in port if n.endswith("attn.scores")]:
+        s = port[name].astype(np.float64)
+        value = {"golden": s, "-inf": -np.inf, "below the row's minimum":
+                 s.min(-1, keepdims=True) - 1.0}[mask]  # fmt: skip
+        port[name] = np.where(hidden, value, s)
+    if mask == "-inf":  # the port's softmax of its masked scores is the golden's probs
+        s = port["h0.attn.scores"]
+        e = np.exp(s - s.max(-1, keepdims=True))
+        np.testing.assert_allclose(e / e.sum(-1, keepdims=True), port["h0.attn.probs"], atol=1e-6)
+    directory = tmp_path / "port"
+    directory.mkdir()
+    for name, a in port.items():
+        np.save(directory / f"{name}.npy", a)
+    for side in (port, directory):
+        report = compare(golden, side)
+        assert report.ok and report.first_nonfinite is None, str(report)
+        optional = ["ids", "targets", "loss", "loss.mean", *(["prefix_ids", "past"] * bool(prefix))]
+        assert sorted(report.missing) == sorted(optional) and not report.missing_required
+    strict = compare(golden, port, strict=True)  # strict: every golden tensor, the loss too
+    assert not strict.ok and {"loss", "loss.mean"} <= set(strict.missing_required)
+
+
 # ---- what is printed ------------------------------------------------------------------------
 
 
@@ -408,8 +447,8 @@ def test_missing_tensors_are_grouped_not_one_long_line(tiny_model, tmp_path) -> 
     t = trace(model, IDS)
     text = str(compare(tmp_path / "g.npz", {"logits": t.logits}))
     assert all(len(line) <= 100 for line in text.splitlines()[1:])  # the first names the files
-    assert "h*.attn.qkv (12)" in text and "missing in port (186)" in text
-    assert "missing in port, allowed (2): ids, targets" in text
+    assert "h*.attn.qkv (12)" in text and "missing in port (184)" in text
+    assert "missing in port, allowed (4): ids, targets, loss, loss.mean" in text
 
 
 def test_json_report(golden_path, tmp_path) -> None:

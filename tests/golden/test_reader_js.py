@@ -106,15 +106,22 @@ def test_the_docs_js_tokenizer_passes_the_tokenizer_golden(tmp_path) -> None:
     assert report.ok, str(report)
 
 
-def test_the_docs_js_sampler_passes_the_sampler_golden(tmp_path) -> None:
+SAMPLER_SETTINGS = {
+    "all filters": dict(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, repetition_penalty=1.3,
+                        presence_penalty=0.5, frequency_penalty=0.2),
+    # issue 34: the page's sampler divided by the temperature, 0 for greedy, and failed
+    "greedy": dict(temperature=0.0, repetition_penalty=1.3, presence_penalty=0.5),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("setting", list(SAMPLER_SETTINGS))
+def test_the_docs_js_sampler_passes_the_sampler_golden(tmp_path, setting) -> None:
     from gpt2np.golden.sampler import Setting, dump_sampler
     from gpt2np.golden.sampler_diff import compare_sampler
 
     golden, port, script = tmp_path / "s.npz", tmp_path / "port", tmp_path / "sample.js"
     port.mkdir()
-    s = Setting(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, repetition_penalty=1.3,
-                presence_penalty=0.5, frequency_penalty=0.2)  # fmt: skip
-    dump_sampler(golden, s, steps=4)
+    dump_sampler(golden, Setting(**SAMPLER_SETTINGS[setting]), steps=4)
     script.write_text(js_block("function openGolden") + js_block("writeNpy"), encoding="utf-8")
     r = subprocess.run([NODE, str(script), str(golden), str(port)], capture_output=True,
                        text=True, timeout=120)  # fmt: skip

@@ -184,6 +184,49 @@ def test_temperature_after_top_k_is_located(golden, stages) -> None:
     assert "temperature applied after the filters" in report.hints[0]
 
 
+@pytest.fixture(scope="module")
+def greedy(tmp_path_factory) -> pathlib.Path:
+    path = tmp_path_factory.mktemp("sampler") / "greedy.npz"
+    dump_sampler(path, Setting(temperature=0.0, repetition_penalty=1.3), steps=4)
+    return path
+
+
+@pytest.mark.parametrize("stages", [True, False], ids=["stages", "probs only"])
+def test_a_port_sampling_against_the_greedy_golden_is_a_report(greedy, tmp_path, capsys, stages):
+    """Issue 34: a port that samples at temperature 1 against the greedy golden made
+    ``gpt2np compare`` crash with an IndexError (no id the port removes to name). Now a report
+    naming the first step that differs and why, from Python and the CLI."""
+    from gpt2np.cli import main
+
+    port = ToySampler(Setting(temperature=1.0, repetition_penalty=1.3)).run(greedy, stages)
+    port = {k: v for k, v in port.items() if k not in ("top_p", "min_p")}  # (float32 rounding)
+    report = compare_sampler(greedy, port)
+    assert not report.ok and len(report.findings) == 4
+    step, stage, message = report.first
+    assert (step, stage) == (0, "probs"), str(report)
+    assert "temperature 0 is greedy: the golden keeps only the argmax" in message
+    assert "the port keeps 50257 ids, a distribution to sample from" in message
+    directory = tmp_path / ("port_stages" if stages else "port")
+    directory.mkdir()
+    for name, a in port.items():
+        np.save(directory / f"{name}.npy", a)
+    assert main(["compare", str(greedy), str(directory)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL: 4 of 4 steps differ; the first is step 0, at probs" in out
+
+
+def test_dividing_by_a_temperature_of_0_is_not_called_a_filter(greedy) -> None:
+    """Issue 34: a port that divides by the temperature 0 got 'a filter ran before it'."""
+    port = ToySampler(Setting(temperature=1.0, repetition_penalty=1.3)).run(greedy)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        port["tempered"] = port["penalized"] / np.float32(0.0)
+    report = compare_sampler(greedy, port)
+    step, stage, message = report.first
+    assert (step, stage) == (0, "tempered"), str(report)
+    assert "a filter ran before it" not in message
+    assert "temperature 0 is greedy; the golden does not divide by it" in message
+
+
 def test_a_port_drawing_in_sorted_order_is_told_how_the_golden_draws(golden) -> None:
     port = ToySampler(SETTING).run(golden)
     with np.load(golden) as f:

@@ -41,6 +41,21 @@ BUGS = {
     "right_pad": "a ragged batch padded on the right instead of the left",
     "no_batch_axis": "tensors written without their batch axis (B = 1)",
     "past_after_step": "past saved after the step was appended to the cache",
+    # issue 34: hints that misled, and bug classes caught without a hint
+    "step_only_mask": "on a cached step each new token sees only the step's keys, not the past",
+    "pad_positions_unshifted": "a left-padded row's positions not shifted by its padding",
+    "nan_in_mlp": "a NaN written into block 0's GELU output (a real position)",
+    "qkv_per_head": "q, k, v split per head ([H, 3, Dh]) instead of by blocks ([3, H, Dh])",
+    "heads_dh_h": "heads laid out [Dh, H] when c_attn's thirds are split into heads",
+    "merge_no_transpose": "heads merged [B, H, T, Dh] -> [B, T, D] without the transpose",
+    "c_proj_transposed": "attention's c_proj weight used transposed (it is square)",
+    "softmax_wrong_axis": "the attention softmax taken over the queries instead of the keys",
+    "mask_after_softmax": "the causal mask applied after the softmax (masked probs zeroed)",
+    "resid_from_ln_1": "the attention's residual taken from ln_1's output instead of x",
+    "embed_scaled": "token embeddings multiplied by √D (the Transformer paper's scaling)",
+    "scores_by_d_model": "scores scaled by 1/√D (D = n_embd) instead of 1/√Dh",
+    "fc_noise": "an unexplained error: block 0's mlp.c_fc off by small noise (no hint fits)",
+    "pad_unmasked": "a left-padded batch whose padded keys are not masked",
 }
 PRECISIONS = ("float64", "float32", "tf32", "float16", "bfloat16")
 
@@ -166,9 +181,11 @@ class ToyPort:
         pos = past + np.arange(T)[None, :].repeat(B, 0)  # [B, T]
         if past and "pos_off_by_one" in self.bugs:
             pos = pos + 1
-        if self.pad is not None:
+        if self.pad is not None and "pad_positions_unshifted" not in self.bugs:
             pos = np.maximum(pos - self.pad[:, None], 0)
         tok = self.w["wte"][ids]
+        if "embed_scaled" in self.bugs:
+            tok = self.store(self.work(tok) * math.sqrt(tok.shape[-1]))
         where = self.w["wpe"][pos]
         x = self.store(self.work(tok) + self.work(where))
         out.update({"embed.tokens": tok, "embed.positions": where, "embed.sum": x})
@@ -190,10 +207,18 @@ class ToyPort:
         a = self.layer_norm(x, p + "ln_1.g", p + "ln_1.b")
         qkv = self.affine(a, p + "attn.c_attn")
         first, second, third = qkv[..., :D], qkv[..., D : 2 * D], qkv[..., 2 * D :]
+        if "qkv_per_head" in self.bugs:  # [B, T, H, 3, Dh]: each head's q, k, v side by side
+            per_head = qkv.reshape(B, T, H, 3, Dh)
+            first, second, third = (per_head[:, :, :, j].reshape(B, T, D) for j in range(3))
         q, k = (second, first) if "qk_swap" in self.bugs else (first, second)
-        heads = lambda t: t.reshape(B, T, H, Dh).transpose(0, 2, 1, 3)  # noqa: E731
+        if "heads_dh_h" in self.bugs:
+            heads = lambda t: t.reshape(B, T, Dh, H).transpose(0, 3, 1, 2)  # noqa: E731
+        else:
+            heads = lambda t: t.reshape(B, T, H, Dh).transpose(0, 2, 1, 3)  # noqa: E731
         q, k, v = heads(q), heads(k), heads(third)
         scale = 1.0 if "no_scale" in self.bugs else 1.0 / math.sqrt(Dh)
+        if "scores_by_d_model" in self.bugs:
+            scale = 1.0 / math.sqrt(D)
         if "k_prescaled" in self.bugs:  # the scale moves from the scores into the stored keys
             k, scale = self.store(self.work(k) * scale), 1.0
         keys, values = self.attend_to(i, k, v)
@@ -206,21 +231,40 @@ class ToyPort:
             for h in range(H):
                 s = self.work(self.matmul(q[b, h], keys[b, h].T)) * scale  # [T, S]
                 scores[b, h] = self.store(s)
-                s = np.where(allowed, s, -np.inf)
-                top = s.max(-1, keepdims=True)
+                axis = 0 if "softmax_wrong_axis" in self.bugs else -1
+                if "mask_after_softmax" not in self.bugs:
+                    s = np.where(allowed, s, -np.inf)
+                top = s.max(axis, keepdims=True)
                 if "neg_inf_pad" not in self.bugs:
                     top[~np.isfinite(top)] = 0.0  # a padded query sees nothing
                 with np.errstate(invalid="ignore"):
                     e = np.exp(s - top)
-                pr = self.store(e / np.maximum(e.sum(-1, keepdims=True), 1e-30))
+                pr = e / np.maximum(e.sum(axis, keepdims=True), 1e-30)
+                if "mask_after_softmax" in self.bugs:
+                    pr = np.where(allowed, pr, 0.0)
+                pr = self.store(pr)
                 probs[b, h] = pr
                 merged[b, :, h] = self.matmul(pr, values[b, h])
+        if "merge_no_transpose" in self.bugs:  # [B, H, T, Dh] reshaped as it lies in memory
+            merged = np.ascontiguousarray(merged.transpose(0, 2, 1, 3))
         merged = self.store(merged.reshape(B, T, D))
-        attn_out = self.affine(merged, p + "attn.c_proj")
-        mid = self.store(self.work(x) + self.work(attn_out))
+        if "c_proj_transposed" in self.bugs:
+            w = self.w[p + "attn.c_proj.w"].T
+            y = self.matmul(merged, w)
+            attn_out = self.store(self.work(y) + self.work(self.w[p + "attn.c_proj.b"]))
+        else:
+            attn_out = self.affine(merged, p + "attn.c_proj")
+        residual = a if "resid_from_ln_1" in self.bugs else x
+        mid = self.store(self.work(residual) + self.work(attn_out))
         m = self.layer_norm(mid, p + "ln_2.g", p + "ln_2.b")
         fc = self.affine(m, p + "mlp.c_fc")
+        if "fc_noise" in self.bugs and i == 0:
+            noise = np.random.default_rng(5).standard_normal(fc.shape) * 1e-2
+            fc = self.store(self.work(fc) + noise)
         act = self.gelu(fc)
+        if "nan_in_mlp" in self.bugs and i == 0:
+            act = act.copy()
+            act[0, -1, 3] = np.nan
         proj = self.affine(act, p + "mlp.c_proj")
         y = self.store(self.work(mid) + self.work(proj))
         h = f"h{i}."
@@ -256,7 +300,9 @@ class ToyPort:
             allowed = s < corner + t
         if past and "no_step_mask" in self.bugs:
             allowed = np.ones((T, S), bool)
-        if self.pad is not None:
+        if past and "step_only_mask" in self.bugs:
+            allowed &= s >= past
+        if self.pad is not None and "pad_unmasked" not in self.bugs:
             allowed &= s >= int(self.pad[b])
         if self.right is not None:  # right padding: the row's keys end at its length
             allowed &= s < S - int(self.right[b])

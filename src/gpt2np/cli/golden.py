@@ -146,7 +146,8 @@ def _add_compare(subparsers: Any) -> None:
     c.add_argument(
         "--strict",
         action="store_true",
-        help="also fail when the port lacks the inputs (ids, prefix_ids, targets)",
+        help="also fail when the port lacks the inputs (ids, prefix_ids, targets, past) or the "
+        "loss (loss, loss.mean)",
     )
     view = c.add_mutually_exclusive_group()
     view.add_argument("--only-failures", action="store_true", help="list every failing tensor")

@@ -205,7 +205,7 @@ def _step(i: int, gold: _Golden, port: dict[str, np.ndarray], rtol: float, atol:
         if stage in port:
             found = _stage(gold.t[stage][i], np.asarray(port[stage][i], np.float64), rtol, atol)
             if found:
-                return stage, found + _stage_why(stage, port[stage][i])
+                return stage, found + _stage_why(stage, port[stage][i], gold.setting)
     return outcome
 
 
@@ -248,15 +248,33 @@ def _stage(g: np.ndarray, p: np.ndarray, rtol: float, atol: float) -> str:
     return ""
 
 
-def _stage_why(stage: str, row: np.ndarray) -> str:
+def _stage_why(stage: str, row: np.ndarray, setting: Setting) -> str:
+    """Why a stage the port wrote differs, when its row says so (else "")."""
+    row = np.asarray(row, np.float64)
+    if stage == "tempered" and setting.temperature == 0:
+        return (": temperature 0 is greedy; the golden does not divide by it (z / 0 is ±inf or "
+                "NaN), its tempered row is the penalized one and the port's next step is the "
+                "argmax of the penalized logits")  # fmt: skip
+    if np.isnan(row).any() or np.isposinf(row).any():
+        return f": the port's {stage} row holds NaN or +inf (a division by zero?)"
     if stage in ("penalized", "tempered") and ((row <= REMOVED) | np.isneginf(row)).any():
         return f": the port's {stage} row already has removed ids, so a filter ran before it"
     return ""
 
 
 def _support(i: int, gold: _Golden, p: np.ndarray) -> tuple[str, str]:
-    """The first filter whose kept set the port's support departs from."""
+    """The first filter whose kept set the port's support departs from (for a greedy golden,
+    the argmax), else the ids the port keeps or removes against the golden's final set."""
     port_kept = p > 0
+    golden_kept = gold.t["probs"][i] > 0
+    if gold.setting.temperature == 0:
+        best = int(np.argmax(gold.t["probs"][i]))
+        kept = np.flatnonzero(port_kept)
+        what = (f"only id {int(kept[0])}" if kept.size == 1 else
+                f"{_ids(kept.size)}, a distribution to sample from")  # fmt: skip
+        return "probs", (f"temperature 0 is greedy: the golden keeps only the argmax of the "
+                         f"penalized logits, id {best}, with probability 1 and draws nothing; "
+                         f"the port keeps {what}")  # fmt: skip
     for stage in ("top_k", "top_p", "min_p"):
         kept = np.isfinite(gold.t[stage][i])
         extra = np.flatnonzero(port_kept & ~kept)
@@ -264,11 +282,16 @@ def _support(i: int, gold: _Golden, p: np.ndarray) -> tuple[str, str]:
             return stage, (f"the port keeps {_ids(extra.size)} this filter removes (id "
                            f"{int(extra[0])} first; golden keeps {int(kept.sum())}, port "
                            f"{int(port_kept.sum())})")  # fmt: skip
-    golden_kept = gold.t["probs"][i] > 0
     lost = np.flatnonzero(golden_kept & ~port_kept)
     stage = _last_active(gold.setting)
-    return stage, (f"the port removes {_ids(lost.size)} the golden keeps after every filter (id "
-                   f"{int(lost[0])}, probability {gold.t['probs'][i][lost[0]]:.4g})")  # fmt: skip
+    if lost.size:
+        first = int(lost[0])
+        return stage, (f"the port removes {_ids(lost.size)} the golden keeps after every filter "
+                       f"(id {first}, probability {gold.t['probs'][i][first]:.4g})")  # fmt: skip
+    extra = np.flatnonzero(port_kept & ~golden_kept)
+    return stage, (f"the port keeps {_ids(extra.size)} the golden removes after every filter (id "
+                   f"{int(extra[0])} first; golden keeps {int(golden_kept.sum())}, port "
+                   f"{int(port_kept.sum())})")  # fmt: skip
 
 
 def _ids(n: int) -> str:

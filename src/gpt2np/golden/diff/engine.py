@@ -17,7 +17,7 @@ import numpy as np
 from ...errors import CheckpointError
 from ..reader import CHUNK, Source, open_source
 from . import hints
-from .names import INPUTS, Globs, globs, matches, selected, suggest_names
+from .names import OPTIONAL, Globs, globs, matches, selected, suggest_names
 from .report import CompareReport, TensorDiff
 from .stats import Stats, is_probs, row_scale
 from .tolerance import tolerance
@@ -52,9 +52,11 @@ def compare(
     :data:`gpt2np.golden.diff.PRECISIONS`); ``rtol``/``atol`` override its values.
     only: globs (``"h0.*"``, ``"*.attn.probs"``): compare just the golden tensors they match.
     allow_missing: globs (``"*"`` for all) of golden tensors the port may lack. Any other
-    missing tensor fails the comparison, except the inputs (ids, prefix_ids, targets), which
-    fail only with ``strict``. allow_mismatch: manifest keys (weights_sha256, hparams, ids,
-    prefix_ids, T_past, pad, or "all") whose difference is reported but does not fail.
+    missing tensor fails the comparison, except the inputs (ids, prefix_ids, targets, past) and
+    the loss (loss, loss.mean), which fail only with ``strict``: what :func:`gpt2np.trace`
+    returns passes against :func:`gpt2np.dump` of the same ids. allow_mismatch: manifest keys
+    (weights_sha256, hparams, ids, prefix_ids, T_past, pad, or "all") whose difference is
+    reported but does not fail.
     hint: look for what a failing tensor equals instead (another tensor, a transpose, a scale,
     a variant of the computation that names a common bug).
 
@@ -68,7 +70,7 @@ def compare(
         ctx = _Context(g, rtol, atol)
         rows = [_compare_one(name, g, p, ctx) for name in selected(g.names, only_globs)]
         for r in rows:
-            r.required = not matches(r.name, may_lack) and (strict or r.name not in INPUTS)
+            r.required = not matches(r.name, may_lack) and (strict or r.name not in OPTIONAL)
         _growth(rows)
         born = _born(rows)
         if hint:

@@ -2,7 +2,11 @@
 to be.
 
 Every tensor the golden file holds is expected from the port, except its inputs (``ids``,
-``prefix_ids``, ``targets``: the port reads them, it need not write them back). A port that
+``prefix_ids``, ``targets``, and ``past``, the prefix's cache that a decode step starts from:
+the port reads or builds them, it need not write them back) and what is derived from the
+logits outside the forward pass (``loss``, ``loss.mean``). So a port that writes exactly what
+:func:`gpt2np.trace` returns passes against :func:`gpt2np.dump` of the same ids. These
+optional tensors are compared when the port writes them, and required with ``strict``. A port that
 produces only some tensors says so: ``only`` (globs) limits the comparison to the golden
 tensors it names, ``allow_missing`` (globs, ``"*"`` for all) lets the named ones be absent.
 Without that, a missing tensor fails the comparison: a port that writes ``h0_ln_1.npy`` for
@@ -18,10 +22,14 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Optional, Union
 
-__all__ = ["INPUTS", "globs", "selected", "suggest_names"]
+__all__ = ["DERIVED", "INPUTS", "OPTIONAL", "globs", "selected", "suggest_names"]
 
-#: Golden tensors that are inputs: a port need not write them.
-INPUTS = ("ids", "prefix_ids", "targets")
+#: Golden tensors that are inputs of the traced pass: a port need not write them.
+INPUTS = ("ids", "prefix_ids", "targets", "past")
+#: Golden tensors computed from the logits after the forward pass (not traced): optional too.
+DERIVED = ("loss", "loss.mean")
+#: What a port need not write unless the comparison is strict.
+OPTIONAL = INPUTS + DERIVED
 Globs = Union[str, Iterable[str], None]
 
 
@@ -59,16 +67,38 @@ def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name)
 
 
+#: HF transformers' module names (examples/hf_dump.py's hooks) -> the golden's, per block
+_HF_BLOCK = {"attn.c_attn": "attn.qkv", "mlp.act": "mlp.gelu"}
+_HF_TOP = {"wte": "embed.tokens", "wpe": "embed.positions", "drop": "embed.sum",
+           "lm_head": "logits", "ln_f": "ln_f"}  # fmt: skip
+
+
+def hf_name(name: str) -> Optional[str]:
+    """The golden name of an HF transformers module's output (``transformer.h.0.mlp.act`` ->
+    ``h0.mlp.gelu``, ``transformer.wte`` -> ``embed.tokens``), or None for another name."""
+    bare = re.sub(r"^(?:model\.)?(?:transformer\.)?", "", name)
+    if bare in _HF_TOP:
+        return _HF_TOP[bare]
+    m = re.fullmatch(r"(?:h|blocks?|layers?)[._]?(\d+)[._](.+)", bare)
+    if m is None:
+        return None
+    return f"h{m.group(1)}." + _HF_BLOCK.get(m.group(2), m.group(2))
+
+
 def suggest_names(extra: Sequence[str], missing: Sequence[str]) -> dict[str, str]:
-    """extra port name -> the missing golden name it most likely is (only when clear)."""
+    """extra port name -> the missing golden name it most likely is (only when clear): HF's
+    module names first (:func:`hf_name`), then the same letters and digits, then a near
+    spelling."""
     by_key: dict[str, Optional[str]] = {}
     for name in missing:
         k = _key(name)
         by_key[k] = None if k in by_key else name  # two golden names, one key: not clear
     out: dict[str, str] = {}
     taken: set[str] = set()
+    wanted = set(missing)
     for name in extra:
-        found = by_key.get(_key(name))
+        hf = hf_name(name)
+        found = hf if hf in wanted else by_key.get(_key(name))
         if found is None:
             close = difflib.get_close_matches(name, missing, n=2, cutoff=0.85)
             found = close[0] if len(close) == 1 else None

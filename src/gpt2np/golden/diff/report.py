@@ -383,6 +383,7 @@ def _missing_summary(report: CompareReport) -> str:
         text = "FAIL: no tensor of the golden file is in the port's file"
         return text + (" (see the hint on names)" if report.renames else "")
     text = f"FAIL: {len(missing)} tensor{'s' if len(missing) != 1 else ''} missing in port"
-    if report.renames:
-        return text + f", {len(report.renames)} of them under other names (see the hint)"
+    renamed = sum(meant in missing for meant in report.renames.values())
+    if renamed:
+        return text + f", {renamed} of them under other names (see the hint)"
     return text + " (a port that writes fewer: --only GLOB, or --allow-missing GLOB)"

@@ -1,9 +1,10 @@
 """Hints that name a port bug by recomputing the failing tensor the way the bug would.
 
 A golden file holds the inputs of every operation, so a suspect variant of the operation can be
-run on the golden's own inputs and compared with the port's output. If the variant comes far
-closer to the port than the golden does (its error is at most a fifth of the golden's, at the
-worst element), the hint names the variant:
+run on the golden's own inputs and compared with the port's output. If the variant explains the
+port — it is within the comparison's tolerance of the port's tensor, and its error is at most a
+fifth of the golden's at the worst element — the hint names the variant; otherwise nothing is
+said (a variant that only comes closer would name a wrong cause):
 
 ==================  ==========================================================================
 tensor              variants tried
@@ -12,10 +13,16 @@ tensor              variants tried
                     ε added to σ instead of σ². The gain and bias are not in the file: they are
                     fitted per channel from the golden's input and output (2 or more positions)
 ``*.mlp.gelu``      the exact (erf) form; x·σ(1.702x)
-``embed.*``         positions shifted by ±1, ±2 along the step
+``embed.*``         positions shifted by ±1, ±2 along the step; not shifted by left padding
+``*.attn.q/k/v``    q, k, v split per head ([H, 3, Dh]); heads laid out [Dh, H]
 ``*.attn.scores``   the cache's K and V swapped; the past placed after the step's keys
 ``*.attn.probs``    a token that cannot see itself; no causal mask on the step; the mask's
-                    upper-left corner; the past after the step's keys; K and V swapped
+                    upper-left corner; only the step's keys seen; the past after the step's
+                    keys; K and V swapped; the softmax over the queries; the mask after it;
+                    padded keys left unmasked (the rest scaled by 1 − their mass)
+``*.attn.merged``   the heads merged without the transpose
+``*.attn.c_proj``   its square weight transposed (fitted: needs more real positions than D)
+``*.resid_mid/out`` the residual taken from the LayerNorm's output
 ``past``            K and V swapped; keys stored × 1/√Dh; saved after the step was appended
 any, padded batch   right padding instead of left
 ==================  ==========================================================================
@@ -92,17 +99,18 @@ def explains(
     ctx: Any,
     probs: bool = False,
 ) -> Optional[str]:
-    """How well ``variant`` explains ``port`` ("within tolerance", "40× closer than the golden
-    is"), or None when it does not (see :data:`EXPLAINS`)."""
+    """ "within tolerance" when ``variant`` explains ``port``, else None: the variant must be
+    within the comparison's tolerance of the port (as close as the port's precision allows a
+    correct port to come to the golden) and far closer than the golden is (see
+    :data:`EXPLAINS`). A variant that only comes closer explains nothing: a hint that names a
+    wrong cause costs a porter more than no hint."""
     if variant.shape != port.shape:
         return None
     mine = worst_ratio(port, variant, mask, ctx, probs)
     theirs = worst_ratio(port, golden, mask, ctx, probs)
-    if not (theirs > 0 and mine <= EXPLAINS * theirs):
+    if not (mine <= 1 and theirs > 0 and mine <= EXPLAINS * theirs):
         return None
-    if mine <= 1:
-        return "within tolerance"
-    return f"{theirs / mine:.3g}× closer than the golden"
+    return "within tolerance"
 
 
 def recompute(name: str, port: np.ndarray, g: Source, ctx: Any) -> list[str]:
@@ -217,6 +225,10 @@ def _positions(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
     if name == "embed.sum":
         port = port - gold["embed.tokens"]
     T = pos.shape[1]
+    if gold.pad is not None and gold.pad.any():
+        unshifted = _positions_unshifted(name, port, pos, gold)
+        if unshifted:
+            return unshifted
     first = np.zeros(len(pos), np.int64) if gold.pad is None else np.maximum(gold.pad - gold.P, 0)
     for k in (1, -1, 2, -2):
         if T <= abs(k):
@@ -237,15 +249,132 @@ def _positions(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
     return None
 
 
+def _positions_unshifted(name: str, port: np.ndarray, pos: np.ndarray, gold: Golden) -> str:
+    """A left-padded row whose positions count from its first column, padding included:
+    port[b, t] = golden positions[b, t + pad[b]] (the golden's row b starts at position 0 at
+    column pad[b])."""
+    assert gold.pad is not None
+    T = pos.shape[1]
+    rows = [(b, t) for b, n in enumerate(gold.pad) if n for t in range(int(n), T - int(n))]
+    if not rows:
+        return ""
+    b, t = np.array(rows).T
+    how = explains(port[b, t], pos[b, t + gold.pad[b]], pos[b, t], None, gold.ctx)
+    if not how:
+        return ""
+    return (
+        f"port {name} at a left-padded row's column t holds the golden's at t + pad[b]: the "
+        "positions are not shifted by the left padding; a row's first real token is at position "
+        f"T_past + 0, so position = T_past + t − pad[b] ({how})"
+    )
+
+
+# -- heads ---------------------------------------------------------------------------------------
+
+
+def _heads(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
+    """attn.q, attn.k, attn.v: c_attn's output split into heads the wrong way."""
+    i, which = _layer(name), "qkv".index(name[-1])
+    qkv = gold[f"h{i}.attn.qkv"]
+    B, T, D3 = qkv.shape
+    D, H, Dh = D3 // 3, port.shape[1], port.shape[3]
+    if H * Dh != D or port.shape != (B, H, T, Dh):
+        return None
+    third = qkv[..., which * D : (which + 1) * D]
+    variants = (
+        ("q, k and v split per head: c_attn's output read as [T, H, 3, Dh] (each head's q, k, v "
+         "side by side); GPT-2's is [T, 3, H, Dh]: q = qkv[..., :D], k = qkv[..., D:2D], v = "
+         "qkv[..., 2D:], each then split into H heads",
+         qkv.reshape(B, T, H, 3, Dh)[:, :, :, which].transpose(0, 2, 1, 3)),
+        (f"heads laid out [Dh, H]: each third of c_attn's output reshaped to [T, Dh, H]; "
+         f"GPT-2's is [T, H, Dh] (head h holds channels h·Dh … h·Dh + Dh − 1, Dh = {Dh})",
+         third.reshape(B, T, Dh, H).transpose(0, 3, 1, 2)),
+    )  # fmt: skip
+    mask = gold.mask(name, port.shape)
+    for text, variant in variants:
+        how = explains(port, variant, gold[name], mask, gold.ctx)
+        if how:
+            return f"port {name} matches the golden's attn.qkv with {text} ({how})"
+    return None
+
+
+def _merged(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
+    """attn.merged: the heads' outputs [B, H, T, Dh] reshaped to [B, T, D] without the
+    transpose to [B, T, H, Dh]."""
+    i = _layer(name)
+    probs, v = gold[f"h{i}.attn.probs"], gold[f"h{i}.attn.v"]
+    values = np.concatenate([gold["past"][:, i, 1], v], axis=2) if gold.P else v
+    heads = np.nan_to_num(probs) @ values  # [B, H, T, Dh]
+    B, H, T, Dh = heads.shape
+    how = explains(port, heads.reshape(B, T, H * Dh), gold[name], gold.mask(name, port.shape),
+                   gold.ctx)  # fmt: skip
+    if not how:
+        return None
+    return (
+        f"port {name} matches the golden's probs · v with the heads merged without the "
+        "transpose: probs · v is [B, H, T, Dh]; transpose it to [B, T, H, Dh], then reshape to "
+        f"[B, T, D] ({how})"
+    )
+
+
+def _attn_c_proj(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
+    """attn.c_proj with its square weight transposed. The weight is not in the golden file: it
+    is recovered from attn.merged and attn.c_proj by least squares, which takes more real
+    positions than D (a plain pass of B·T > D tokens), and only if it reproduces the golden."""
+    i = _layer(name)
+    x, y = gold[f"h{i}.attn.merged"], gold[name]
+    mask = gold.mask(name, y.shape)
+    real = np.ones(y.shape[:-1], bool) if mask is None else mask.all(-1)
+    X, Y = x[real], y[real]
+    N, D = X.shape
+    if N <= D + 1 or Y.shape[1] != D:
+        return None
+    A = np.concatenate([X, np.ones((N, 1))], axis=1)
+    solution = np.linalg.lstsq(A, Y, rcond=None)[0]
+    W, b = solution[:D], solution[D]
+    if worst_ratio(X @ W + b, Y, None, gold.ctx) > 0.1:
+        return None  # the fit does not reproduce the golden
+    how = explains(port[real], X @ W.T + b, Y, None, gold.ctx)
+    if not how:
+        return None
+    return (
+        f"port {name} matches the golden's attn.merged through c_proj's weight transposed: "
+        "y = x · W + b with W as stored ([D_in, D_out], a Conv1D), not x · Wᵀ; the weight is "
+        f"square, so the shapes cannot tell ({how})"
+    )
+
+
+# -- the residual stream -------------------------------------------------------------------------
+
+
+def _residual(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
+    """resid_mid = x + attn.c_proj and out = resid_mid + mlp.c_proj, with the residual taken
+    from the LayerNorm's output instead of its input."""
+    i = _layer(name)
+    if name.endswith("resid_mid"):
+        ln, branch, x, y = "ln_1", "attn.c_proj", "x, the block's input", "resid_mid"
+    else:
+        ln, branch, x, y = "ln_2", "mlp.c_proj", "resid_mid", "out"
+    variant = gold[f"h{i}.{ln}"] + gold[f"h{i}.{branch}"]
+    how = explains(port, variant, gold[name], gold.mask(name, port.shape), gold.ctx)
+    if not how:
+        return None
+    v = x.split(",")[0]
+    return (
+        f"port {name} equals the golden's {ln} + {branch}: the residual taken from {ln}'s "
+        f"output; it is {ln}'s input, {x}: {y} = {v} + {branch}({ln}({v})) ({how})"
+    )
+
+
 # -- attention -----------------------------------------------------------------------------------
 
 
-def _masked_softmax(scores: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+def _masked_softmax(scores: np.ndarray, allowed: np.ndarray, axis: int = -1) -> np.ndarray:
     s = np.where(allowed, scores, -np.inf)
-    top = s.max(-1, keepdims=True)
+    top = s.max(axis, keepdims=True)
     top[~np.isfinite(top)] = 0.0
     e = np.exp(s - top)
-    out: np.ndarray = e / np.maximum(e.sum(-1, keepdims=True), 1e-300)
+    out: np.ndarray = e / np.maximum(e.sum(axis, keepdims=True), 1e-300)
     return out
 
 
@@ -256,7 +385,8 @@ def _allowed(gold: Golden, shape: tuple[int, ...], rule: str) -> np.ndarray:
     s, t = np.arange(S)[None, None, None, :], np.arange(T)[None, None, :, None]
     first = np.zeros(B, np.int64) if gold.pad is None else gold.pad
     keep = s >= first[:, None, None, None]
-    rules = {"golden": s <= P + t, "self": s < P + t, "all": s < S, "upper-left": s <= t}
+    rules = {"golden": s <= P + t, "self": s < P + t, "all": s < S, "upper-left": s <= t,
+             "step-only": (s >= P) & (s <= P + t)}  # fmt: skip
     return keep & rules[rule]
 
 
@@ -307,6 +437,8 @@ _MASKS = (
      "(key s is visible to query t when s ≤ T_past + t)"),
     ("upper-left", "the causal mask counted from the upper-left corner (s ≤ t); with a past it is "
      "s ≤ T_past + t"),
+    ("step-only", "a mask that lets each new token see only the step's keys, not the past's: "
+     "query t sees every key s ≤ T_past + t, the cached ones included"),
 )  # fmt: skip
 
 
@@ -321,6 +453,16 @@ def _probs(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
         return lambda: _masked_softmax(scores, _allowed(gold, scores.shape, rule))
 
     candidates = [(text, masked(rule)) for rule, text in _MASKS if gold.P or rule == "self"]
+    golden_mask = _allowed(gold, scores.shape, "golden")
+    every = _allowed(gold, scores.shape, "all")  # every real key, none masked
+    candidates += [
+        ("a softmax over the wrong axis, the queries (axis −2): each key's column sums to 1; "
+         "the softmax runs over the keys, the last axis",
+         lambda: _masked_softmax(scores, golden_mask, axis=-2)),
+        ("the mask applied after the softmax (masked probabilities zeroed, the rows no longer "
+         "summing to 1): mask the scores (−1e10 or −inf), then take the softmax",
+         lambda: _masked_softmax(scores, every) * golden_mask),
+    ]  # fmt: skip
     if gold.P and gold.pad is None:
         port_order = _allowed(gold, scores.shape, "golden")
         candidates.append((_PAST_AFTER, lambda: _masked_softmax(_past_after(scores, gold.P),
@@ -335,7 +477,34 @@ def _probs(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
             how = explains(port, make(), probs, mask, gold.ctx, probs=True)
         if how:
             return f"port {name} matches the golden's scores put through {text} ({how})"
-    return None
+    return _padding_seen(name, port, probs, mask, gold)
+
+
+def _padding_seen(
+    name: str, port: np.ndarray, probs: np.ndarray, mask: Optional[np.ndarray], gold: Golden
+) -> Optional[str]:
+    """A left-padded batch whose padded keys are not masked. The golden file holds no scores
+    for padding (0 there), so the padded keys' probabilities are the port's own; what is
+    checked is the rest: each real key's probability is the golden's times 1 − m, with m the
+    mass the port's row puts on the padding."""
+    if gold.pad is None or not gold.pad.any():
+        return None
+    S = probs.shape[-1]
+    padded = np.arange(S)[None, None, None, :] < gold.pad[:, None, None, None]
+    padded = np.broadcast_to(padded, probs.shape)
+    seen = np.where(padded, np.nan_to_num(port.astype(np.float64)), 0.0)
+    mass = seen.sum(-1, keepdims=True)
+    if not (mass > gold.ctx.atol).any():
+        return None
+    variant = np.where(padded, seen, probs * (1.0 - mass))
+    how = explains(port, variant, probs, mask, gold.ctx, probs=True)
+    if not how:
+        return None
+    return (
+        f"port {name} is the golden's with probability on the padded keys and the rest scaled "
+        "down to make room: the padding is not masked; a left-padded row's keys s < pad[b] must "
+        f"be masked like the future ones ({how})"
+    )
 
 
 # -- the past ------------------------------------------------------------------------------------
@@ -392,6 +561,8 @@ def right_padding(name: str, port: np.ndarray, g: Source, ctx: Any) -> Optional[
     pad[b] along every T and S axis, is the golden's."""
     if ctx.pad is None or ctx.T_past or not ctx.pad.any() or port.shape != g.header(name).shape:
         return None
+    if getattr(ctx, "tokens_agree", False):
+        return None  # right padding moves the ids and token embeddings too: these agree
     gold = Golden(g, ctx)
     golden = gold[name]
     axes = axes_of(name, g.axes(name), golden.ndim)
@@ -420,7 +591,14 @@ _CHECKS: dict[str, Callable[[str, np.ndarray, Golden], Optional[str]]] = {
     "mlp.gelu": _gelu,
     "embed.positions": _positions,
     "embed.sum": _positions,
+    "attn.q": _heads,
+    "attn.k": _heads,
+    "attn.v": _heads,
     "attn.scores": _scores,
     "attn.probs": _probs,
+    "attn.merged": _merged,
+    "attn.c_proj": _attn_c_proj,
+    "resid_mid": _residual,
+    "out": _residual,
     "past": _past,
 }
