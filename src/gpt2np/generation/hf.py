@@ -291,7 +291,7 @@ def _int_array(name: str, value: Any) -> np.ndarray:
         arr = np.asarray(value)
     except (ValueError, TypeError, RuntimeError) as e:
         raise TypeError(f"{name} must be an array-like of ints [B, T] or [T]: {e}") from None
-    if arr.dtype == bool:
+    if arr.dtype == bool or arr.size == 0:  # np.asarray([[]]) is float64
         arr = arr.astype(np.int64)
     if not np.issubdtype(arr.dtype, np.integer):
         raise TypeError(f"{name} must hold integers, got dtype {arr.dtype}")
