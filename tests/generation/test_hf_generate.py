@@ -49,7 +49,7 @@ def test_defaults_are_hfs_greedy_and_max_length_20(tiny_model):
         np.array([[5, 6, 7]], dtype=np.int32),
         (5, 6, 7),
         FakeTensor([[5, 6, 7]]),
-    ],  # fmt: skip
+    ],
     ids=["list", "nested", "numpy", "int32", "tuple", "array-protocol"],
 )
 def test_any_array_like_of_ints_is_input_ids(tiny_model, ids):
@@ -210,7 +210,7 @@ def test_unknown_keywords_are_a_type_error_with_a_suggestion(tiny_model):
 def test_gpt2np_generate_points_hf_only_keywords_to_model_hf_generate(tiny_model, name):
     for call in (lambda: tiny_model.generate([1], **{name: 1}),
                  lambda: gpt2np.generate([1], model=tiny_model, **{name: 1})):  # fmt: skip
-        with pytest.raises(TypeError, match="model.hf.generate"):
+        with pytest.raises(TypeError, match=r"model\.hf\.generate"):
             call()
 
 
