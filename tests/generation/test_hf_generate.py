@@ -174,7 +174,6 @@ def test_the_models_generation_config_gives_the_defaults(tiny_model):
     "name, value, hint",
     [("low_memory", True, "beam search"), ("cache_implementation", "static", "KV cache"),
      ("streamer", object(), "stream=True"), ("assistant_model", object(), "assisted"),
-     ("output_hidden_states", True, "model.trace"), ("output_attentions", True, "model.trace"),
      ("num_beam_groups", 2, "diverse"), ("penalty_alpha", 0.6, "contrastive"),
      ("renormalize_logits", True, "logprobs")],
 )  # fmt: skip
@@ -197,7 +196,7 @@ def test_unknown_keywords_are_a_type_error_with_a_suggestion(tiny_model):
         tiny_model.hf.generate([[1, 2]], temprature=0.5)
     with pytest.raises(TypeError, match="input_ids or inputs"):
         tiny_model.hf.generate([[1, 2]], inputs=[[1, 2]])
-    with pytest.raises(ValueError, match="beam scores"):
+    with pytest.raises(ValueError, match="HF's beam outputs"):
         tiny_model.hf.generate([[1, 2]], num_beams=2, max_new_tokens=2,
                                return_dict_in_generate=True, output_scores=True)  # fmt: skip
 
@@ -223,3 +222,27 @@ def test_gpt2np_generate_points_hidden_states_to_trace(tiny_model, name):
 def test_gpt2np_generate_points_a_tensor_prompt_to_model_hf_generate(tiny_model):
     with pytest.raises(TypeError, match=r"model\.hf\.generate\(input_ids\)"):
         tiny_model.generate(FakeTensor([1, 2]), 2)
+
+
+def test_hidden_states_and_attentions_come_from_trace_in_hfs_nesting(tiny_model):
+    out = tiny_model.hf.generate([[5, 6, 7]], max_new_tokens=3, return_dict_in_generate=True,
+                                 output_hidden_states=True, output_attentions=True)  # fmt: skip
+    L, H, D = 2, 3, 24
+    assert len(out.hidden_states) == len(out.attentions) == 3
+    assert [len(step) for step in out.hidden_states] == [L + 1] * 3
+    assert [h.shape for h in out.hidden_states[0]] == [(1, 3, D)] * (L + 1)
+    assert [a.shape for a in out.attentions[2]] == [(1, H, 1, 5)] * L
+    t = tiny_model.trace(out.sequences[:, :-1])  # the whole sequence at once, the same values
+    np.testing.assert_allclose(out.hidden_states[1][-1][:, 0], t["ln_f"][:, 3], atol=1e-5)
+    np.testing.assert_allclose(out.attentions[2][1][:, :, 0], t["h1.attn.probs"][:, :, 4],
+                               atol=1e-6)  # fmt: skip
+    np.testing.assert_array_equal(
+        out.sequences, tiny_model.hf.generate([[5, 6, 7]], max_new_tokens=3)
+    )
+    with pytest.raises(ValueError, match="left-padded"):
+        tiny_model.hf.generate(
+            [[1, 2], [3, 4]],
+            attention_mask=[[0, 1], [1, 1]],
+            return_dict_in_generate=True,
+            output_hidden_states=True,
+        )

@@ -255,3 +255,35 @@ def test_an_hf_stopping_criterion_and_logits_processor_give_hfs_ids(models):
         want = hf.generate(input_ids, attention_mask=attention_mask, **kwargs)
     got = ours.hf.generate(input_ids, attention_mask=attention_mask, **kwargs)
     np.testing.assert_array_equal(got, want.numpy())
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_hidden_states_and_attentions_are_hfs(models, n):
+    """From gpt2np.trace, in HF's nesting: per step, per layer (hidden states: the embeddings,
+    each block's output but the last, then ln_f of the last). HF returns attentions with its
+    eager attention (sdpa gives none), as one loads it for them."""
+    import torch
+
+    hf, ours, _ = models
+    saved = hf.config._attn_implementation
+    hf.set_attn_implementation("eager")
+    input_ids = torch.tensor([[17, 4, 200, 31, 8, 99], [250, 3, 42, 7, 7, 1]])
+    kwargs = dict(max_new_tokens=5, return_dict_in_generate=True, output_hidden_states=True,
+                  output_attentions=True, output_scores=True)  # fmt: skip
+    if n > 1:
+        kwargs.update(do_sample=True, num_return_sequences=n)
+    try:
+        with numpy_draws(n, 2, SEED), torch.no_grad():
+            want = hf.generate(input_ids, **kwargs)
+    finally:
+        hf.set_attn_implementation(saved)
+    got = ours.hf.generate(input_ids, **kwargs, **({"seed": SEED} if n > 1 else {}))
+    assert_same(want, got)
+    for name in ("hidden_states", "attentions"):
+        have, expected = getattr(got, name), getattr(want, name)
+        assert len(have) == len(expected)
+        for step, (ours_step, hf_step) in enumerate(zip(have, expected)):
+            assert len(ours_step) == len(hf_step)
+            for layer, (a, b) in enumerate(zip(ours_step, hf_step)):
+                np.testing.assert_allclose(a, b.numpy(), atol=ATOL, rtol=RTOL,
+                                           err_msg=f"{name}[{step}][{layer}]")  # fmt: skip

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import numpy as np
 
+from ..golden.trace import trace
 from . import loop
 from . import options as options_module
 from .beam import beam_search
@@ -72,7 +73,8 @@ HF_DEFAULTS: dict[str, Any] = {
     "no_repeat_ngram_size": 0, "bad_words_ids": None, "suppress_tokens": None,
     "sequence_bias": None, "forced_eos_token_id": None, "exponential_decay_length_penalty": None,
     "num_return_sequences": 1, "output_scores": False, "output_logits": False,
-    "return_dict_in_generate": False, "pad_token_id": None, "eos_token_id": None,
+    "return_dict_in_generate": False, "output_hidden_states": False,
+    "output_attentions": False, "pad_token_id": None, "eos_token_id": None,
     "bos_token_id": None, "use_cache": True, "logits_processor": None,
     "stopping_criteria": None, "seed": None,
 }  # fmt: skip
@@ -81,10 +83,6 @@ HF_DEFAULTS: dict[str, Any] = {
 #: (accepted; ``_ANY`` for none) and what to use instead.
 _ANY = object()
 HF_REFUSED: dict[str, tuple[Any, str]] = {
-    "output_hidden_states": (False, "run model.trace(out.sequences) (gpt2np.trace): every "
-                                    "intermediate of the forward pass by name"),
-    "output_attentions": (False, "run model.trace(out.sequences, names='*attn*') "
-                                 "(gpt2np.trace): the attention weights of every layer"),
     "streamer": (None, "use model.generate(..., stream=True), which yields the pieces"),
     "low_memory": (None, "gpt2np's beam search keeps one KV cache of B·num_beams rows; "
                          "use a smaller num_beams or batch"),
@@ -144,14 +142,17 @@ class HFGenerateOutput:
     scores: with ``output_scores``, one float32 [B·n, V] per step: the processed scores the token
     was chosen from (after the logit rules and, when sampling, temperature and the filters; −∞
     for what they removed); logits: with ``output_logits``, one float32 [B·n, V] per step: the
-    model's raw logits. ``out["sequences"]``, ``out.keys()`` and ``out[0]`` work as in HF.
+    model's raw logits; hidden_states, attentions: with ``output_hidden_states`` /
+    ``output_attentions`` (unpadded input_ids), per step a tuple over layers in HF's nesting,
+    from :func:`gpt2np.golden.trace.trace` (``_Traced``). ``out["sequences"]``, ``out.keys()``
+    and ``out[0]`` work as in HF.
     """
 
     sequences: np.ndarray
     scores: Optional[tuple[np.ndarray, ...]] = None
     logits: Optional[tuple[np.ndarray, ...]] = None
-    attentions: None = None
-    hidden_states: None = None
+    attentions: Optional[tuple[tuple[np.ndarray, ...], ...]] = None
+    hidden_states: Optional[tuple[tuple[np.ndarray, ...], ...]] = None
     past_key_values: None = None
 
     def keys(self) -> list[str]:
@@ -344,7 +345,7 @@ _RULES = ("repetition_penalty", "no_repeat_ngram_size", "bad_words_ids", "suppre
 def _options(s: dict[str, Any], new: int, T: int, eos: list[int], pad: int) -> Any:
     """HF's settings as gpt2np's checked :class:`gpt2np.generation.options.Options`."""
     for flag in ("do_sample", "output_scores", "output_logits", "return_dict_in_generate",
-                 "use_cache"):  # fmt: skip
+                 "output_hidden_states", "output_attentions", "use_cache"):  # fmt: skip
         if not isinstance(s[flag], (bool, np.bool_)):
             raise TypeError(f"{flag} must be True or False, got {s[flag]!r}")
     min_new = max(s["min_new_tokens"] or 0, (s["min_length"] or 0) - T)
@@ -387,30 +388,47 @@ def _generate(
     for e in eos:
         if not 0 <= e < model.hparams.n_vocab:
             raise ValueError(f"eos_token_id {e} is outside the vocabulary")
-    want_scores = bool(s["return_dict_in_generate"] and s["output_scores"])
-    want_logits = bool(s["return_dict_in_generate"] and s["output_logits"])
-    cache = model.new_cache(B, T + new - 1, pad=pad)
-    first = model.forward_cached(np.where(_real(pad, T), ids, 0), cache, last_only=True)[:, 0]
+    want_scores, want_logits, want_hidden, want_attentions = (
+        bool(s["return_dict_in_generate"] and s[name])
+        for name in ("output_scores", "output_logits", "output_hidden_states",
+                     "output_attentions")
+    )  # fmt: skip
     if opts.num_beams > 1:
-        if want_scores or want_logits:
+        if want_scores or want_logits or want_hidden or want_attentions:
             raise ValueError(
-                "output_scores/output_logits with num_beams > 1 (HF's beam scores) are not "
-                "supported; use model.generate(..., num_beams=k, logprobs=k) for each beam's "
-                "log-probs and score"
+                "output_scores/output_logits/output_hidden_states/output_attentions with "
+                "num_beams > 1 (HF's beam outputs) are not supported; use "
+                "model.generate(..., num_beams=k, logprobs=k) for each beam's log-probs and "
+                "score, and model.trace(out) for its intermediates"
             )
         if opts.penalties.repetition_penalty != 1.0 and pad.any():
             raise ValueError(
                 "repetition_penalty with beams and a left-padded batch is not supported (HF "
                 "skips the padding there); generate the rows one by one"
             )
-        sequences = _beams(model, cache, first, ids, opts, new, eos, int(pad_id))
+        cache = model.new_cache(B, T + new - 1, pad=pad)
+        first = model.forward_cached(np.where(_real(pad, T), ids, 0), cache, last_only=True)
+        sequences = _beams(model, cache, first[:, 0], ids, opts, new, eos, int(pad_id))
         return HFGenerateOutput(sequences) if s["return_dict_in_generate"] else sequences
-    sequences, scores, raws = _decode(model, cache, first, ids, pad, opts, new, eos, int(pad_id),
-                                      s, want_scores or want_logits)  # fmt: skip
+    if want_hidden or want_attentions:
+        if pad.any():
+            raise ValueError(
+                "output_hidden_states/output_attentions of a left-padded batch are not "
+                "supported (gpt2np.trace has no attention mask); generate the rows one by one"
+            )
+        stepper: Any = _Traced(model, np.repeat(ids, opts.n, axis=0), want_hidden,
+                               want_attentions)  # fmt: skip
+    else:
+        stepper = _Cached(model, ids, pad, new, opts.n)
+    sequences, scores, raws = _decode(stepper, ids, pad, opts, new, eos, int(pad_id), s,
+                                      want_scores or want_logits)  # fmt: skip
     if not s["return_dict_in_generate"]:
         return sequences
-    return HFGenerateOutput(sequences, tuple(scores) if want_scores else None,
-                            tuple(raws) if want_logits else None)  # fmt: skip
+    return HFGenerateOutput(
+        sequences, tuple(scores) if want_scores else None, tuple(raws) if want_logits else None,
+        attentions=tuple(stepper.attentions) if want_attentions else None,
+        hidden_states=tuple(stepper.hidden) if want_hidden else None,
+    )  # fmt: skip
 
 
 def _real(pad: np.ndarray, T: int) -> np.ndarray:
@@ -418,14 +436,69 @@ def _real(pad: np.ndarray, T: int) -> np.ndarray:
     return np.arange(T)[None, :] >= pad[:, None]
 
 
-def _decode(model: Runtime, cache: Any, logits: np.ndarray, ids: np.ndarray, pad: np.ndarray,
-            opts: Any, new: int, eos: list[int], pad_id: int, s: dict[str, Any],
+class _Cached:
+    """The model as the decode loop runs it: gpt2np's in-place cache, prefilled once per
+    prompt and copied for its n rows.  ``first``: the prompts' last logits [B·n, V]."""
+
+    def __init__(self, model: Runtime, ids: np.ndarray, pad: np.ndarray, new: int, n: int):
+        B, T = ids.shape
+        self.model, self.cache = model, model.new_cache(B, T + new - 1, pad=pad)
+        real = np.where(_real(pad, T), ids, 0)  # the padding is masked: any id in the vocabulary
+        first = model.forward_cached(real, self.cache, last_only=True)[:, 0]  # [B, V]
+        if n > 1:
+            self.cache.reorder(np.repeat(np.arange(B), n))
+            first = np.repeat(first, n, axis=0)
+        self.first: np.ndarray = first
+
+    def feed(self, token: np.ndarray) -> np.ndarray:
+        """token int64 [R] -> next logits [R, V]"""
+        return self.model.forward_cached(token[:, None], self.cache, last_only=True)[:, 0]
+
+
+class _Traced:
+    """The model run by :func:`gpt2np.golden.trace.trace` (the clear path), keeping what HF's
+    ``output_hidden_states`` and ``output_attentions`` return, one tuple per step:
+
+        hidden_states[t] = (embed.sum, h0.out, …, h{L-2}.out, ln_f)     each [R, T_t, D]
+        attentions[t]    = (h0.attn.probs, …, h{L-1}.attn.probs)        each [R, H, T_t, S_t]
+
+    (T_0 = the prompt's length, then 1; S_t the positions so far). HF's last hidden state is
+    after the final LayerNorm, as here."""
+
+    def __init__(self, model: Runtime, ids: np.ndarray, hidden: bool, attentions: bool):
+        L = model.hparams.n_layer
+        self.hidden_names = ["embed.sum", *[f"h{i}.out" for i in range(L - 1)], "ln_f"]
+        self.attention_names = [f"h{i}.attn.probs" for i in range(L)]
+        self.want = (hidden, attentions)
+        self.names = self.hidden_names * hidden + self.attention_names * attentions
+        self.model = model
+        self.past: Optional[np.ndarray] = None
+        self.hidden: list[tuple[np.ndarray, ...]] = []
+        self.attentions: list[tuple[np.ndarray, ...]] = []
+        self.first = self._run(ids)
+
+    def _run(self, ids: np.ndarray) -> np.ndarray:
+        t = trace(self.model, ids, past=self.past, names=self.names)
+        self.past = t.present if self.past is None else np.concatenate([self.past, t.present], -2)
+        if self.want[0]:
+            self.hidden.append(tuple(t[name] for name in self.hidden_names))
+        if self.want[1]:
+            self.attentions.append(tuple(t[name] for name in self.attention_names))
+        last: np.ndarray = t.logits[:, -1]
+        return last
+
+    def feed(self, token: np.ndarray) -> np.ndarray:
+        """token int64 [R] -> next logits [R, V]"""
+        return self._run(token[:, None])
+
+
+def _decode(stepper: Any, ids: np.ndarray, pad: np.ndarray, opts: Any, new: int,
+            eos: list[int], pad_id: int, s: dict[str, Any],
             record: bool) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:  # fmt: skip
     """HF's greedy/sampling loop. -> (sequences [R, T + N], scores and raw logits per step)."""
     n, T = opts.n, ids.shape[1]
-    if n > 1:
-        cache.reorder(np.repeat(np.arange(len(ids)), n))
-        logits, ids, pad = (np.repeat(a, n, axis=0) for a in (logits, ids, pad))
+    logits = stepper.first
+    ids, pad = np.repeat(ids, n, axis=0), np.repeat(pad, n)
     seqs, R = ids, len(ids)
     rngs = loop.row_generators(opts.seed, R // n, n)
     sampling = opts.sampling
@@ -468,7 +541,7 @@ def _decode(model: Runtime, cache: Any, logits: np.ndarray, ids: np.ndarray, pad
             unfinished[:] = False
         if step == new - 1 or not unfinished.any():
             break
-        logits = model.forward_cached(token[:, None], cache, last_only=True)[:, 0]
+        logits = stepper.feed(token)
     return seqs.astype(np.int64), scores, raws
 
 
