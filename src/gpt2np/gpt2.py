@@ -63,7 +63,7 @@ class GPT2(Runtime):
     def hf(self) -> HF:
         """HF transformers' calling conventions: ``model.hf.generate(input_ids,
         attention_mask=None, **kwargs)`` takes HF's arguments with HF's defaults (greedy,
-        ``max_length=20``, ``top_k=50`` when sampling) and returns HF's outputs (the prompt
+        20 new tokens, ``top_k=50`` when sampling) and returns HF's outputs (the prompt
         and the new tokens, int64 [B, T + N]; ``.sequences``/``.scores``/``.logits`` with
         ``return_dict_in_generate=True``): :mod:`gpt2np.generation.hf`."""
         return HF(self)

@@ -30,11 +30,13 @@ def eos_model(tiny_model):
     return model, eos
 
 
-def test_defaults_are_hfs_greedy_and_max_length_20(tiny_model):
+def test_defaults_are_hfs_greedy_and_20_new_tokens(tiny_model):
     out = tiny_model.hf.generate([[5, 6, 7]])
-    assert isinstance(out, np.ndarray) and out.dtype == np.int64 and out.shape == (1, 20)
+    assert isinstance(out, np.ndarray) and out.dtype == np.int64 and out.shape == (1, 23)
     assert out[0, :3].tolist() == [5, 6, 7]
-    assert out[0, 3:].tolist() == tiny_model.generate([5, 6, 7], 17, temperature=0)
+    assert out[0, 3:].tolist() == tiny_model.generate([5, 6, 7], 20, temperature=0)
+    # transformers 5: 20 new tokens, within n_positions (n_ctx = 32 here)
+    assert tiny_model.hf.generate([list(range(20))]).shape == (1, 32)
     # gpt2np's own generate keeps OpenAI's defaults: it samples, 50 new tokens, no prompt
     assert tiny_model.default_max_new_tokens([5, 6, 7]) == 50
     assert tiny_model.generate([5, 6, 7], 12, seed=0) != tiny_model.generate([5, 6, 7], 12, seed=1)

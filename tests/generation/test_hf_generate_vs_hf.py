@@ -34,7 +34,8 @@ SEED = 7
 
 #: name -> (HF's keyword arguments, copied literally, batch?) — the "typical calls".
 CALLS: dict[str, tuple[dict[str, Any], bool]] = {
-    "default_max_length": ({}, False),
+    "default_length": ({}, True),
+    "default_length_long_prompt": ({}, "long"),
     "max_new_tokens": ({"max_new_tokens": 12}, False),
     "max_length": ({"max_length": 25}, False),
     "greedy_explicit": ({"max_new_tokens": 12, "do_sample": False}, False),
@@ -47,6 +48,8 @@ CALLS: dict[str, tuple[dict[str, Any], bool]] = {
     "no_repeat_ngram_size": ({"max_new_tokens": 15, "no_repeat_ngram_size": 2}, True),
     "min_new_tokens": ({"max_new_tokens": 12, "min_new_tokens": 8}, True),
     "min_length": ({"max_new_tokens": 12, "min_length": 12}, True),
+    "min_length_and_min_new_tokens": ({"max_new_tokens": 12, "min_length": 16,
+                                       "min_new_tokens": 2}, True),
     "bad_words_ids": ({"max_new_tokens": 12, "bad_words_ids": [[5], [9, 10]]}, True),
     "suppress_tokens": ({"max_new_tokens": 12, "suppress_tokens": [1, 2, 3]}, True),
     "forced_eos_token_id": ({"max_new_tokens": 8, "forced_eos_token_id": 4}, True),
@@ -109,7 +112,9 @@ def batch_of(batch: bool) -> tuple[Any, Any]:
     (pad id 0 in the padding, as a tokenizer whose pad is another token would put it)."""
     import torch
 
-    prompts = PROMPTS if batch else PROMPTS[:1]
+    prompts = PROMPTS if batch is True else PROMPTS[:1]
+    if batch == "long":  # 20 new tokens do not fit in n_ctx = 64: HF makes n_ctx - T
+        prompts = [np.arange(50) % 300 + 100, PROMPTS[1]]
     T = max(len(p) for p in prompts)
     ids = np.zeros((len(prompts), T), dtype=np.int64)
     mask = np.zeros((len(prompts), T), dtype=np.int64)

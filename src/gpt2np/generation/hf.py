@@ -8,7 +8,8 @@ conventions where gpt2np's own :meth:`gpt2np.GPT2.generate` has OpenAI's:
 ====================  =========================================  ==============================
 default decoding      greedy; ``do_sample=True`` samples with    samples at temperature 1 from
                       ``top_k=50`` (HF's GenerationConfig)        the whole vocabulary (OpenAI)
-default length        ``max_length=20`` (prompt included)        50 new tokens
+default length        20 new tokens (transformers 5), at most    50 new tokens
+                      n_ctx in all
 input                 ids [B, T] or [T]: a list, a NumPy array,  text, ids or a list of them
                       a torch tensor (``np.asarray``; torch is
                       never imported), ``attention_mask`` for
@@ -66,7 +67,7 @@ __all__ = ["HF", "HF_DEFAULTS", "HF_REFUSED", "HFGenerateOutput"]
 #: HF GenerationConfig's defaults of the arguments model.hf.generate takes (what a call and the
 #: model's generation_config.json leave out).
 HF_DEFAULTS: dict[str, Any] = {
-    "max_length": 20, "max_new_tokens": None, "min_length": 0, "min_new_tokens": None,
+    "max_length": None, "max_new_tokens": None, "min_length": 0, "min_new_tokens": None,
     "early_stopping": False, "max_time": None, "do_sample": False, "num_beams": 1,
     "temperature": 1.0, "top_k": 50, "top_p": 1.0, "min_p": None, "typical_p": 1.0,
     "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "repetition_penalty": 1.0, "length_penalty": 1.0,
@@ -319,9 +320,20 @@ def _eos_list(eos: Any) -> list[int]:
     return [int(eos)] if np.ndim(eos) == 0 else [int(e) for e in np.asarray(eos).ravel()]
 
 
+#: New tokens when neither max_new_tokens nor max_length is set (transformers 5: 20 new tokens,
+#: at most n_positions in all; transformers 4 counted the prompt in these 20).
+DEFAULT_NEW_TOKENS = 20
+
+
 def _new_tokens(s: dict[str, Any], T: int, n_ctx: int) -> int:
-    """HF's length rule: max_new_tokens if set, else max_length (counting the padded prompt)."""
-    max_length = s["max_length"] if s["max_new_tokens"] is None else s["max_new_tokens"] + T
+    """HF's length rule: max_new_tokens if set, else max_length (counting the padded prompt),
+    else 20 new tokens within n_ctx positions."""
+    if s["max_new_tokens"] is not None:
+        max_length = s["max_new_tokens"] + T
+    elif s["max_length"] is not None:
+        max_length = s["max_length"]
+    else:
+        max_length = min(T + DEFAULT_NEW_TOKENS, n_ctx)
     if T >= max_length:
         raise ValueError(
             f"Input length of input_ids is {T}, but max_length is set to {max_length}; "
@@ -348,7 +360,9 @@ def _options(s: dict[str, Any], new: int, T: int, eos: list[int], pad: int) -> A
                  "output_hidden_states", "output_attentions", "use_cache"):  # fmt: skip
         if not isinstance(s[flag], (bool, np.bool_)):
             raise TypeError(f"{flag} must be True or False, got {s[flag]!r}")
-    min_new = max(s["min_new_tokens"] or 0, (s["min_length"] or 0) - T)
+    min_new = s["min_new_tokens"]  # HF: min_new_tokens wins over min_length
+    if min_new is None:
+        min_new = max(0, (s["min_length"] or 0) - T)
     gp: dict[str, Any] = dict(
         max_new_tokens=new, do_sample=bool(s["do_sample"]), num_beams=s["num_beams"],
         num_return_sequences=s["num_return_sequences"], eos_token_id=eos, pad_token_id=pad,
