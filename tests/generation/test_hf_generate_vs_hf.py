@@ -37,7 +37,7 @@ CALLS: dict[str, tuple[dict[str, Any], bool]] = {
     "default_length": ({}, True),
     "default_length_long_prompt": ({}, "long"),
     "max_new_tokens": ({"max_new_tokens": 12}, False),
-    "max_length": ({"max_length": 25}, False),
+    "max_length": ({"max_length": 25}, True),
     "greedy_explicit": ({"max_new_tokens": 12, "do_sample": False}, False),
     "batch_left_padding": ({"max_new_tokens": 12}, True),
     "pad_is_eos": ({"max_new_tokens": 12, "pad_token_id": "EOS"}, True),
@@ -51,6 +51,7 @@ CALLS: dict[str, tuple[dict[str, Any], bool]] = {
     "min_length_and_min_new_tokens": ({"max_new_tokens": 12, "min_length": 16,
                                        "min_new_tokens": 2}, True),
     "bad_words_ids": ({"max_new_tokens": 12, "bad_words_ids": [[5], [9, 10]]}, True),
+    "bad_words_eos": ({"max_new_tokens": 12, "bad_words_ids": [["EOS"], [5]]}, True),
     "suppress_tokens": ({"max_new_tokens": 12, "suppress_tokens": [1, 2, 3]}, True),
     "forced_eos_token_id": ({"max_new_tokens": 8, "forced_eos_token_id": 4}, True),
     "exponential_decay": ({"max_new_tokens": 12, "exponential_decay_length_penalty": (3, 1.5)},
@@ -155,9 +156,11 @@ def numpy_draws(n_rows_per_prompt: int, prompts: int, seed: int) -> Iterator[lis
 
 def literal(kwargs: dict[str, Any], eos: int) -> dict[str, Any]:
     """The call's arguments with "EOS" standing for the model's eos id."""
-    swap = lambda v: eos if v == "EOS" else v  # noqa: E731
-    return {k: [swap(x) for x in v] if isinstance(v, list) else swap(v)
-            for k, v in kwargs.items()}  # fmt: skip
+
+    def swap(v: Any) -> Any:
+        return [swap(x) for x in v] if isinstance(v, list) else eos if v == "EOS" else v
+
+    return {k: swap(v) for k, v in kwargs.items()}
 
 
 def run_both(models: tuple, kwargs: dict[str, Any], batch: bool) -> tuple[Any, Any, list]:

@@ -373,6 +373,11 @@ def _options(s: dict[str, Any], new: int, T: int, eos: list[int], pad: int) -> A
                                      "epsilon_cutoff", "eta_cutoff")})  # fmt: skip
     for name in _RULES:
         gp[name] = s[name]
+    if s["bad_words_ids"] is not None:  # HF drops a ban of an eos id alone
+        banned = [
+            w for w in s["bad_words_ids"] if not (np.ndim(w) == 1 and list(w) in [[e] for e in eos])
+        ]
+        gp["bad_words_ids"] = banned or None
     if s["logits_processor"]:
         gp["logits_processors"] = list(s["logits_processor"])
     if s["sequence_bias"] is not None and isinstance(s["sequence_bias"], list):
