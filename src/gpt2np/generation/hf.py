@@ -48,7 +48,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Optional, Union
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union, overload
 
 import numpy as np
 
@@ -179,6 +179,26 @@ class HF:
 
     def __repr__(self) -> str:
         return f"<HF-compatible generate of {type(self.model).__name__}>"
+
+    @overload
+    def generate(
+        self,
+        input_ids: Any = ...,
+        attention_mask: Any = ...,
+        *,
+        return_dict_in_generate: Literal[True],
+        **kwargs: Any,
+    ) -> HFGenerateOutput: ...
+
+    @overload
+    def generate(
+        self,
+        input_ids: Any = ...,
+        attention_mask: Any = ...,
+        *,
+        return_dict_in_generate: Literal[False] = ...,
+        **kwargs: Any,
+    ) -> np.ndarray: ...
 
     def generate(
         self, input_ids: Any = None, attention_mask: Any = None, **kwargs: Any
