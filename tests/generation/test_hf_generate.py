@@ -248,3 +248,21 @@ def test_hidden_states_and_attentions_come_from_trace_in_hfs_nesting(tiny_model)
             return_dict_in_generate=True,
             output_hidden_states=True,
         )
+
+
+def test_max_time_ends_every_row_after_the_step_that_passes_it(tiny_model, monkeypatch):
+    from gpt2np.generation import loop
+
+    ticks = iter(range(1000))
+    monkeypatch.setattr(loop, "clock", lambda: float(next(ticks)))  # one second per reading
+    out = tiny_model.hf.generate([[5, 6, 7], [1, 2, 3]], max_new_tokens=10, max_time=2.5)
+    assert out.shape == (2, 3 + 3)  # read at 1, 2, 3 s after the start: 3 > 2.5 ends the run
+
+
+def test_a_config_setting_gpt2np_does_not_apply_is_refused_by_name(tiny_model):
+    model = tiny_model.copy()
+    model.generation_config = {"num_beam_groups": 2, "transformers_version": "5.0"}
+    with pytest.raises(ValueError, match=r"generation_config\.json's num_beam_groups=2"):
+        model.hf.generate([[1, 2]], max_new_tokens=2)
+    model.generation_config = {"num_beam_groups": 1, "min_length": 0}  # HF's values: nothing
+    assert model.hf.generate([[1, 2]], max_new_tokens=2).shape == (1, 4)
