@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
+from .generation.hf import HF
 from .generation.loop import generate, new_tokens
 from .generation.options import describe, signature
 from .golden.trace import Names, Trace, trace
@@ -57,6 +58,15 @@ class GPT2(Runtime):
         list(inspect.signature(generate).parameters.values())[:-1]  # without **options
     )
     generate.__doc__ = (generate.__doc__ or "") + describe(" " * 12)
+
+    @property
+    def hf(self) -> HF:
+        """HF transformers' calling conventions: ``model.hf.generate(input_ids,
+        attention_mask=None, **kwargs)`` takes HF's arguments with HF's defaults (greedy,
+        20 new tokens, ``top_k=50`` when sampling) and returns HF's outputs (the prompt
+        and the new tokens, int64 [B, T + N]; ``.sequences``/``.scores``/``.logits`` with
+        ``return_dict_in_generate=True``): :mod:`gpt2np.generation.hf`."""
+        return HF(self)
 
     def default_max_new_tokens(self, prompt: Any) -> int:
         """What :meth:`generate` makes when not told: generation_config.json's max_new_tokens,

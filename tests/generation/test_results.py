@@ -29,8 +29,10 @@ def model() -> gpt2np.GPT2:
 
 
 @pytest.mark.parametrize(
-    "checks", [check_types.generate_method, check_types.generate_function, check_types.score]
-)
+    "checks",
+    [check_types.generate_method, check_types.generate_function, check_types.score,
+     check_types.hf_generate],
+)  # fmt: skip
 def test_each_typed_result_is_what_the_call_returns(model, checks) -> None:
     checks(model)
 

@@ -103,3 +103,13 @@ def score(m: GPT2) -> None:
     check(assert_type(m.score([[15496, 995], [11, 13]]), list[Score]), list[Score])
     check(assert_type(m.score(np.array([[15496, 995, 11]])), Union[Score, list[Score]]),
           list[Score])  # fmt: skip
+
+
+def hf_generate(m: GPT2) -> None:
+    """model.hf.generate: an int64 array, or HF's output object with return_dict_in_generate."""
+    from gpt2np.generation.hf import HFGenerateOutput
+
+    check(assert_type(m.hf.generate([IDS], max_new_tokens=2), np.ndarray), np.ndarray)
+    out = m.hf.generate([IDS], max_new_tokens=2, return_dict_in_generate=True)
+    check(assert_type(out, HFGenerateOutput), HFGenerateOutput)
+    check(assert_type(out.sequences, np.ndarray), np.ndarray)

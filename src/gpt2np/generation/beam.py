@@ -56,14 +56,16 @@ __all__ = ["Hypothesis", "beam_search"]
 
 @dataclass
 class Hypothesis:
-    """One beam: its new ids (without <|endoftext|>), whether it ended with <|endoftext|>, its
-    score, and per id the log-prob and the top alternatives (when asked for)."""
+    """One beam: its new ids (without <|endoftext|>), whether it ended with <|endoftext|> (and
+    which end id, ``end_id``), its score, and per id the log-prob and the top alternatives (when
+    asked for)."""
 
     ids: list[int]
     score: float = 0.0
     eot: bool = False
     logprobs: list[float] = field(default_factory=list)
     tops: list[list[tuple[int, float]]] = field(default_factory=list)
+    end_id: Optional[int] = None
 
 
 def beam_search(
@@ -183,6 +185,7 @@ class _Search:
                 record = self._extend(b, j, reported, logprobs, keep_token=not is_end)
                 record.score = per_length(float(total[b, j]), step + 1, length_penalty)
                 record.eot = is_end
+                record.end_id = j if is_end else None
                 new_finished.append(record)
             elif not (last or is_end) and len(running) < K:
                 running.append((b, j, float(total[b, j])))

@@ -288,16 +288,32 @@ OPTIONS: dict[str, Option] = {o.name: o for o in [
 
 #: HF generate's arguments that gpt2np does not take, and what to do instead.
 HF_UNSUPPORTED: dict[str, str] = {
-    "input_ids": "pass the ids as the prompt (the first argument)",
-    "inputs": "pass the ids as the prompt (the first argument)",
-    "attention_mask": "pass the prompts as a list; gpt2np pads a ragged batch itself",
-    "generation_config": "set model.generation_config (a dict), or pass the options",
+    "input_ids": "pass the ids as the prompt (the first argument), or call "
+    "model.hf.generate(input_ids=...), which takes HF's arguments and returns HF's "
+    "outputs",
+    "inputs": "pass the ids as the prompt (the first argument), or call "
+    "model.hf.generate(inputs=...) for HF's conventions",
+    "attention_mask": "pass the prompts as a list (gpt2np pads a ragged batch itself), or call "
+    "model.hf.generate(input_ids, attention_mask=...) for HF's left padding",
+    "generation_config": "set model.generation_config (a dict), or pass the options; "
+    "model.hf.generate(generation_config=...) takes HF's",
     "streamer": "use stream=True, which yields the pieces",
-    "output_scores": "use logprobs=k: the results are gpt2np.Completion objects with log-probs",
-    "output_logits": "use logprobs=k: the results are gpt2np.Completion objects with log-probs",
-    "return_dict_in_generate": "use logprobs=k: the results are gpt2np.Completion objects",
+    "output_scores": "use logprobs=k (gpt2np.Completion objects with log-probs), or "
+    "model.hf.generate(..., return_dict_in_generate=True, output_scores=True) "
+    "for HF's .scores",
+    "output_logits": "use logprobs=k with logprobs_mode='raw', or model.hf.generate(..., "
+    "return_dict_in_generate=True, output_logits=True) for HF's .logits",
+    "return_dict_in_generate": "use logprobs=k (gpt2np.Completion objects), or "
+    "model.hf.generate(...), which returns HF's output object",
+    "output_hidden_states": "run model.trace(ids) (gpt2np.trace) on the prompt and "
+    "continuation: every intermediate by name",
+    "output_attentions": "run model.trace(ids, names='*attn*') (gpt2np.trace) on the prompt "
+    "and continuation",
+    "low_memory": "gpt2np's beam search keeps one cache of B·num_beams rows; use fewer beams",
+    "cache_implementation": "gpt2np always decodes with its own preallocated KV cache",
     "renormalize_logits": "logprobs_mode='processed' reports the normalised distribution",
-    "min_length": "use min_new_tokens, which counts only the new tokens",
+    "min_length": "use min_new_tokens, which counts only the new tokens (model.hf.generate "
+    "takes HF's min_length)",
     "stop_strings": "use stop=, which also cuts the string from the text (HF keeps it)",
     "use_cache": "gpt2np always decodes with its KV cache",
     "bos_token_id": "an empty prompt starts from <|endoftext|> (model.eot_token)",
@@ -561,8 +577,13 @@ def split_prompt(prompt: Any) -> tuple[bool, bool, list[Any]]:
             return False, True, list(prompt)
         return False, False, [prompt]
     if not isinstance(prompt, (list, tuple)):
+        hint = ""
+        if hasattr(prompt, "__array__"):  # a torch tensor, say: HF's input_ids
+            hint = (" (for HF's input_ids as a tensor, with HF's defaults and outputs, call "
+                    "model.hf.generate(input_ids); or pass np.asarray(ids))")  # fmt: skip
         raise TypeError(
-            f"prompt must be a str, token ids, or a list of those; got {type(prompt).__name__}"
+            f"prompt must be a str, token ids, or a list of those; got "
+            f"{type(prompt).__name__}{hint}"
         )
     if len(prompt) == 0:
         raise ValueError(
