@@ -30,10 +30,12 @@ different times, but one choice for all of them: what slows the pool is the mach
 
 "The fastest recent" time is a running minimum that lets go of an old minimum by ``DRIFT`` (1 %)
 a product, so a machine that got slower for good is followed. Only OpenBLAS's count changes
-between the two; the product is the clear ``x · w`` either way, so the numbers do not depend
-on the choice. The clock is an argument: tests drive :class:`Owner` with simulated timings.
-What it learns is not locked: two threads running models at once may blur a choice, never a
-number.
+between the two; the product is the clear ``x · w`` either way. OpenBLAS rounds the linear maps
+and products of two or more rows the same at any count, but not a one-row head (``wte · h``, a
+matrix-vector product: 1 ulp apart at 2 threads and at 1, docs/benchmarks.md), so a batch-1
+decode's logits can differ in the last bit with the choice. The clock is an argument: tests
+drive :class:`Owner` with simulated timings. What it learns is not locked: two threads running
+models at once may blur a choice.
 """
 
 from __future__ import annotations
