@@ -363,7 +363,19 @@ def test_generate_json_prints_one_object_per_completion(model, model_dir, capsys
     assert beams[0].to_dict()["score"] == beams[0].score
 
 
-def test_generate_json_streams_pieces_as_json_lines(model, model_dir, capsys):
+@pytest.fixture
+def one_thread():
+    """gpt2np (and OpenBLAS) at one thread for the test. Two generations compared bit for bit
+    need it: OpenBLAS rounds a one-row head differently at 2 threads and at 1, and on a busy
+    machine gpt2np.fast.owner moves a batch-1 decode between the two (docs/benchmarks.md)."""
+    from gpt2np.fast import threads
+
+    threads.set_threads(1)
+    yield
+    threads.set_threads(None)
+
+
+def test_generate_json_streams_pieces_as_json_lines(model, model_dir, capsys, one_thread):
     whole = generate("The dog", model, max_new_tokens=6, seed=4, logprobs=2, echo=True)
     argv = ["generate", "The dog", "--model", str(model_dir), "--max-new-tokens", "6",
             "--seed", "4", "--logprobs", "2", "--echo", "--json"]  # fmt: skip
