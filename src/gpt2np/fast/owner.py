@@ -8,25 +8,18 @@ wakes ~222 µs after it is handed a part that takes ~0.1 ms). But a pooled produ
 slowest share ends: beside one CPU-bound process the share whose core that process holds waits
 for the scheduler, and decode fell to ~1.5-1.9 tokens/s. One thread is never that slow.
 
-So :class:`Owner` chooses, from the times it measures (per product shape, since shapes take
-different times, but one choice for all of them: what slows the pool is the machine):
+So :class:`Owner` chooses per product shape, from the times it measures:
 
-* **the pool** (OpenBLAS at :func:`gpt2np.fast.threads.threads` threads) runs the products while
-  they take at most ``SLOWER`` × the fastest recent product of their shape. ``SLOWER`` is 2: on
-  an idle machine one thread takes ~1.4× the pool's time, so a pooled product twice as slow as
-  usual is slower than one thread would have been;
-* **one thread** (OpenBLAS at 1) once slow pooled products come close together: each slow
-  one counts 1, each usual one takes back ``FORGIVE`` (1/4), and one thread takes over at
-  ``STRIKES`` (2): two slow products in a row, or three among five. One slow product alone is no
-  sign: on an idle machine about one product in 250 takes over twice its usual time (an
-  interrupt, a page fault), but two in a row came once in ~16,000 (measured, 124M decode,
-  docs/benchmarks.md); beside a CPU-bound process nearly every pooled product is slow.
-  Every ``wait`` one-thread products, one product tries the pool again (a probe); if the probe
-  beats the fastest recent one-thread time of its shape, the pool runs the products again, else
-  ``wait`` doubles, up to ``MAX_WAIT``, so that a machine that stays busy pays one slow product
-  in ~1000. A probe can win by luck on a busy machine (the other process is off its core for a
-  moment); when the pool then loses again within ``HOLD`` products, the wait still doubles
-  instead of starting again at ``PROBE_WAIT``.
+* **the pool** (OpenBLAS at :func:`gpt2np.fast.threads.threads` threads) owns the shape while its
+  products take at most ``SLOWER`` × the fastest recent one. ``SLOWER`` is 2: on an idle machine
+  one thread takes ~1.4× the pool's time, so a pooled product twice as slow as usual is slower
+  than one thread would have been;
+* **one thread** (OpenBLAS at 1) after a product that took longer. Every ``wait`` products one
+  product tries the pool again (a probe); if the probe beats the fastest recent one-thread time,
+  the pool owns the shape again, else ``wait`` doubles, up to ``MAX_WAIT``, so that a machine
+  that stays busy pays one slow product in ~1000. A probe can win by luck on a busy machine
+  (the other process is off its core for a moment); when the pool then loses again within
+  ``HOLD`` products, the wait still doubles instead of starting again at ``PROBE_WAIT``.
 
 "The fastest recent" time is a running minimum that lets go of an old minimum by ``DRIFT`` (1 %)
 a product, so a machine that got slower for good is followed. Only OpenBLAS's count changes
@@ -49,21 +42,9 @@ from typing import Callable
 from . import threads
 from .blas import held_at
 
-__all__ = [
-    "DRIFT",
-    "FORGIVE",
-    "HOLD",
-    "MAX_WAIT",
-    "OWNER",
-    "PROBE_WAIT",
-    "SLOWER",
-    "STRIKES",
-    "Owner",
-]
+__all__ = ["DRIFT", "HOLD", "MAX_WAIT", "OWNER", "PROBE_WAIT", "SLOWER", "Owner"]
 
-SLOWER = 2.0  # a pooled product this many times the fastest recent one of its shape is slow
-STRIKES = 2.0  # slow pooled products close together (see FORGIVE): one thread takes over
-FORGIVE = 0.25  # what a usual pooled product takes back from the count of slow ones
+SLOWER = 2.0  # a pooled product this many times the fastest recent one: one thread takes over
 PROBE_WAIT = 16  # one-thread products before the first probe of the pool
 MAX_WAIT = 1024  # ... and at most this many between probes while the pool stays slow
 DRIFT = 1.01  # the fastest recent time lets go of an old minimum by 1 % a product
@@ -71,33 +52,29 @@ HOLD = 64  # a pool that loses again sooner than this after a won probe had won 
 
 
 @dataclass
-class _Times:
-    """The fastest recent products of one shape, seconds."""
+class _Shape:
+    """What :class:`Owner` knows of one product shape."""
 
-    pool: float = math.inf  # on the pool
-    one: float = math.inf  # on one thread, since one thread last took over
+    pooled: bool = True  # the pool owns it (else one thread)
+    best_pool: float = math.inf  # fastest recent pooled product, seconds
+    best_one: float = math.inf  # fastest recent one-thread product
+    wait: int = PROBE_WAIT  # one-thread products until the next probe
+    backoff: int = PROBE_WAIT  # the wait after a probe that lost
+    held: int = HOLD  # pooled products since the pool last took the shape over
 
 
 class Owner:
-    """Runs ``product()`` (the product with OpenBLAS at the count set around it) on the pool or
-    on one thread, as the module docstring says; ``key`` names the product's shape."""
+    """Runs ``product(n)`` (the product with OpenBLAS at ``n`` threads) on the pool or on one
+    thread, per shape ``key``, as the module docstring says."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock
-        self.times: dict[Hashable, _Times] = {}
-        self.on_pool = True  # the pool runs the products (else one thread, but for probes)
-        self.strikes = 0.0  # slow pooled products, less FORGIVE for each usual one since
-        self.wait = PROBE_WAIT  # one-thread products until the next probe
-        self.backoff = PROBE_WAIT  # the wait after a probe that lost
-        self.held = HOLD  # pooled products since the pool last took over
+        self.shapes: dict[Hashable, _Shape] = {}
 
     def pooled(self, key: Hashable) -> bool:
-        """Whether the next product of this shape runs on the pool (a probe included: it waits
-        for a shape whose one-thread time is known, to be judged against it)."""
-        if self.on_pool:
-            return True
-        times = self.times.get(key)
-        return self.wait <= 0 and times is not None and times.one < math.inf
+        """Whether the next product of this shape runs on the pool (a probe included)."""
+        s = self.shapes.get(key)
+        return s is None or s.pooled or s.wait <= 0
 
     def run(self, key: Hashable, product: Callable[[], object], threads: int) -> None:
         if threads <= 1:
@@ -112,29 +89,25 @@ class Owner:
         self.record(key, pooled, cost)
 
     def record(self, key: Hashable, pooled: bool, cost: float) -> None:
-        """Learn from one product of shape ``key`` that took ``cost`` seconds, pooled or not."""
-        t = self.times.setdefault(key, _Times())
-        slow = pooled and cost > SLOWER * t.pool
+        """Learn from one product of ``cost`` seconds, on the pool or not."""
+        s = self.shapes.setdefault(key, _Shape())
         if pooled:
-            t.pool = min(cost, t.pool * DRIFT)
+            s.best_pool = min(cost, s.best_pool * DRIFT)
+            s.held += 1
         else:
-            t.one = min(cost, t.one * DRIFT)
-            self.wait -= 1
-        if self.on_pool:
-            self.held += 1
-            self.strikes = self.strikes + 1 if slow else max(self.strikes - FORGIVE, 0.0)
-            if self.strikes >= STRIKES:  # another process holds a core: one thread takes over
-                # a pool that held only briefly won its probe by luck: keep backing off
-                self.backoff = PROBE_WAIT if self.held >= HOLD else min(2 * self.backoff, MAX_WAIT)
-                self.on_pool, self.wait, self.strikes = False, self.backoff, 0.0
-                for other in self.times.values():  # one thread's speed now, not an earlier spell's
-                    other.one = math.inf
-        elif pooled:  # a probe
-            if cost < t.one:
-                self.on_pool, self.held = True, 0
+            s.best_one = min(cost, s.best_one * DRIFT)
+            s.wait -= 1
+        if s.pooled and cost > SLOWER * s.best_pool:  # another process holds a core
+            # a pool that held only briefly won its probe by luck: keep backing off
+            s.backoff = PROBE_WAIT if s.held >= HOLD else min(2 * s.backoff, MAX_WAIT)
+            s.pooled, s.wait = False, s.backoff
+            s.best_one = math.inf  # one thread's speed now, not from an earlier spell
+        elif not s.pooled and pooled:  # a probe
+            if cost < s.best_one:
+                s.pooled, s.held = True, 0
             else:
-                self.backoff = min(2 * self.backoff, MAX_WAIT)
-                self.wait = self.backoff
+                s.backoff = min(2 * s.backoff, MAX_WAIT)
+                s.wait = s.backoff
 
 
 #: The one owner the fast kernels consult (several models in one process share what it learns
