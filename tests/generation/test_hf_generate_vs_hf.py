@@ -130,21 +130,15 @@ def numpy_draws(n_rows_per_prompt: int, prompts: int, seed: int) -> Iterator[lis
     streams; yields the draws' margins (distance of u from the nearest cdf boundary)."""
     import torch
 
+    from tests.helpers.hf_reference import inverse_cdf_draws
+
     rngs = [np.random.default_rng([seed, j]) for _ in range(prompts)
             for j in range(n_rows_per_prompt)]  # fmt: skip
     margins: list[float] = []
 
     def multinomial(probs: Any, num_samples: int = 1, *args: Any, **kwargs: Any) -> Any:
         assert num_samples == 1 and probs.shape[0] == len(rngs)
-        out = []
-        for r, p in enumerate(probs.double().numpy()):
-            cdf = np.cumsum(p)
-            u = rngs[r].random() * cdf[-1]
-            i = int(np.searchsorted(cdf, u, side="right"))
-            i = i if i < len(cdf) else int(np.flatnonzero(p)[-1])
-            margins.append(float(np.min(np.abs(cdf[p > 0] - u))) / cdf[-1])
-            out.append(i)
-        return torch.tensor(out)[:, None]
+        return inverse_cdf_draws(probs, rngs, margins)
 
     saved = torch.multinomial
     torch.multinomial = multinomial

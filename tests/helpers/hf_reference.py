@@ -285,6 +285,23 @@ def _greedy_margins(logprobs: Any, lengths: list[int]) -> list[float]:
     return [float(gaps[t, r]) for r, L in enumerate(lengths) for t in range(L) if gaps[t, r]]
 
 
+def inverse_cdf_draws(probs: Any, rngs: list[np.random.Generator], margins: list[float]) -> Any:
+    """What gpt2np's sampler draws, for HF's ``torch.multinomial(probs, 1)``: one inverse-CDF
+    draw per row from that row's NumPy stream; appends each draw's margin (distance of u from
+    the nearest cdf boundary, relative). -> int64 tensor [R, 1]"""
+    import torch
+
+    out = []
+    for r, p in enumerate(probs.double().numpy()):
+        cdf = np.cumsum(p)
+        u = rngs[r].random() * cdf[-1]
+        i = int(np.searchsorted(cdf, u, side="right"))
+        i = i if i < len(cdf) else int(np.flatnonzero(p)[-1])
+        margins.append(float(np.min(np.abs(cdf[p > 0] - u))) / cdf[-1])
+        out.append(i)
+    return torch.tensor(out)[:, None]
+
+
 @contextlib.contextmanager
 def _margins(
     model: Any, case: dict[str, Any], n_prompts: int, n: int, ends: list[int]
@@ -299,15 +316,7 @@ def _margins(
 
     def multinomial(probs: Any, num_samples: int = 1, *args: Any, **kwargs: Any) -> Any:
         assert num_samples == 1 and probs.shape[0] == len(rngs), "HF's sampling loop changed"
-        out = []
-        for r, p in enumerate(probs.double().numpy()):
-            cdf = np.cumsum(p)
-            u = rngs[r].random() * cdf[-1]
-            i = int(np.searchsorted(cdf, u, side="right"))
-            i = i if i < len(cdf) else int(np.flatnonzero(p)[-1])
-            margins.append(float(np.min(np.abs(cdf[p > 0] - u))) / cdf[-1])
-            out.append(i)
-        return torch.tensor(out)[:, None]
+        return inverse_cdf_draws(probs, rngs, margins)
 
     top_k_continuations = model._get_top_k_continuations
 
