@@ -51,11 +51,15 @@ DECODE1, DECODE8 = (
     f"decode B=1: {PROMPT_LEN}+{NEW_TOKENS}",
     f"decode B=8: {PROMPT_LEN}+{NEW_TOKENS}",
 )
+#: The same decodes' weight products alone for gpt2np (x · w of every linear map and the head,
+#: on OpenBLAS's pool, nothing else), the whole decode for the peers: a peer / gpt2np ratio
+#: here is the most any NumPy code on this BLAS could reach against that peer.
+FLOOR1, FLOOR8 = (f"{DECODE1} products only", f"{DECODE8} products only")
 PREFILL_PLUS_ONE, PREFILL_LAST = "prefill 1023+1", "prefill T=1024 (last logits)"
 FORWARD = {T: f"forward T={T} (all logits)" for T in (128, 512, 1024)}
 SCORE = f"score {SCORE_TOKENS} tokens, stride {SCORE_STRIDE}"
 #: Every case, in the order they are run.
-CASES = [DECODE1, DECODE8, PREFILL_PLUS_ONE, PREFILL_LAST, *FORWARD.values(), SCORE]
+CASES = [DECODE1, DECODE8, FLOOR1, FLOOR8, PREFILL_PLUS_ONE, PREFILL_LAST, *FORWARD.values(), SCORE]
 
 
 def inputs(hparams: gpt2np.HParams) -> dict[str, np.ndarray]:
@@ -72,6 +76,10 @@ def inputs(hparams: gpt2np.HParams) -> dict[str, np.ndarray]:
 
 
 # -- gpt2np ------------------------------------------------------------------------------------
+
+
+#: The linear maps of a block, as the checkpoint names them.
+LINEARS = (("attn", "c_attn"), ("attn", "c_proj"), ("mlp", "c_fc"), ("mlp", "c_proj"))
 
 
 def numpy_engine(model: gpt2np.GPT2, threads: int) -> tuple[dict[str, Callable[[], Any]], str]:
@@ -98,6 +106,28 @@ def numpy_engine(model: gpt2np.GPT2, threads: int) -> tuple[dict[str, Callable[[
             new.append(logits[:, -1].argmax(-1))
         return np.stack(new, axis=1)  # [B, NEW_TOKENS]
 
+    ws = [b[m][n]["w"] for b in model.params["blocks"] for m, n in LINEARS]
+    wte, rng = model.params["wte"], np.random.default_rng(0)
+
+    def operands(rows: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        xs = [rng.standard_normal((rows, w.shape[0])).astype(w.dtype) for w in ws[:4]]
+        return xs, [np.empty((rows, w.shape[1]), w.dtype) for w in ws[:4]]
+
+    def products(B: int) -> np.ndarray:
+        """Only the weight products of decode(): the prompt's B·PROMPT_LEN rows and its last
+        rows' head, then NEW_TOKENS - 1 steps of B rows, each x · w into a buffer kept from
+        step to step (the inputs are random: a product's time does not depend on them)."""
+        V, block = wte.shape[0], 1024 if B > 1 else wte.shape[0]  # the head as fast/head.py
+        logits = np.empty((V, B), wte.dtype)
+        prompt, step = operands(B * PROMPT_LEN), operands(B)
+        for xs, ys in [prompt] + [step] * (NEW_TOKENS - 1):
+            for i, w in enumerate(ws):
+                np.matmul(xs[i % 4], w, out=ys[i % 4])
+            h = xs[0][:B]
+            for a in range(0, V, block):
+                np.matmul(wte[a : a + block], h.T, out=logits[a : a + block])
+        return logits
+
     def prefill_plus_one() -> np.ndarray:
         cache = model.new_cache(1, max_len=1024)
         logits = model.forward_cached(x["long"][:, :1023], cache, last_only=True)
@@ -106,6 +136,8 @@ def numpy_engine(model: gpt2np.GPT2, threads: int) -> tuple[dict[str, Callable[[
     cases: dict[str, Callable[[], Any]] = {
         DECODE1: lambda: decode(x["prompt1"]),
         DECODE8: lambda: decode(x["prompt8"]),
+        FLOOR1: lambda: products(1),
+        FLOOR8: lambda: products(8),
         PREFILL_PLUS_ONE: prefill_plus_one,
         PREFILL_LAST: lambda: model.forward_cached(
             x["long"], model.new_cache(1, max_len=1024), last_only=True
@@ -257,6 +289,8 @@ def ort_engine(model: gpt2np.GPT2, threads: int, seed: int) -> tuple[dict[str, A
     cases = {
         DECODE1: lambda: decode(x["prompt1"]),
         DECODE8: lambda: decode(x["prompt8"]),
+        FLOOR1: lambda: decode(x["prompt1"]),  # the whole decode, against gpt2np's products
+        FLOOR8: lambda: decode(x["prompt8"]),
         PREFILL_PLUS_ONE: prefill_plus_one,
         PREFILL_LAST: lambda: run(x["long"], None, last=True)[0],
         FORWARD[1024]: lambda: run(x["long"], None, last=False)[0],
@@ -321,6 +355,8 @@ def torch_engine(model: gpt2np.GPT2, threads: int) -> tuple[dict[str, Any], str]
     cases = {
         DECODE1: no_grad(lambda: decode(x["prompt1"])),
         DECODE8: no_grad(lambda: decode(x["prompt8"])),
+        FLOOR1: no_grad(lambda: decode(x["prompt1"])),  # the whole decode
+        FLOOR8: no_grad(lambda: decode(x["prompt8"])),
         PREFILL_PLUS_ONE: no_grad(prefill_plus_one),
         PREFILL_LAST: no_grad(lambda: hf(x["long"], logits_to_keep=1).logits.numpy()),
         SCORE: no_grad(lambda: hf_perplexity(hf, x["text"][None])),

@@ -259,3 +259,54 @@ def test_a_long_piece_is_merged_in_arrays_with_bounded_memory(gpt2, kind, how) -
     data = piece.encode()
     assert peak < 80 * len(data), peak / len(data)
     assert ids == bpe._bpe_heap(list(data.translate(tok._byte_table)), tok._table)
+
+
+# -- many pieces at once ---------------------------------------------------------------------
+
+
+def many(pieces: list[bytes], table, byte_ids: np.ndarray, tail: int) -> list[list[int]]:
+    """bpe_many of ``pieces`` (each byte a symbol whose id byte_ids gives)."""
+    b = np.arange(256)
+    byte_ranks = table.arrays.rank(byte_ids[np.repeat(b, 256)], byte_ids[np.tile(b, 256)])
+    lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
+    byte_ranks = byte_ranks.reshape(256, 256)
+    return bpe.bpe_many(b"".join(pieces), lengths, table, byte_ids, byte_ranks, tail_pieces=tail)
+
+
+#: How many last pieces bpe_many leaves to bpe_fast: none, a few, or every one.
+TAILS = pytest.mark.parametrize("tail", [0, 2, 1000], ids=["no tail", "tail of 2", "all tail"])
+
+
+@TAILS
+@SETTINGS
+@given(
+    merge_tables(),
+    st.lists(
+        st.lists(st.sampled_from("abc"), max_size=12)
+        | st.builds(
+            lambda u, n: list(u * n), st.sampled_from(["a", "ab", "aab"]), st.integers(1, 30)
+        ),
+        max_size=20,
+    ),
+)
+def test_many_equals_clear_piece_by_piece(tail, table, pieces) -> None:
+    """Each piece merged as if alone, whatever its neighbours in the arrays: empty pieces, runs
+    of one symbol (a, a pairs every other one), pieces done in the first round or the last."""
+    merges, encoder = table
+    ranks = {pair: r for r, pair in enumerate(merges)}
+    expected = [[encoder[s] for s in bpe.bpe(list(p), ranks)] for p in pieces]
+    byte_ids = np.zeros(256, np.int32)
+    byte_ids[[ord(c) for c in "abc"]] = [encoder[c] for c in "abc"]
+    table = bpe.MergeTable.build(merges, encoder)
+    got = many(["".join(p).encode() for p in pieces], table, byte_ids, tail)
+    assert got == expected
+
+
+@TAILS
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.text(max_size=40) | st.binary(max_size=60), max_size=40))
+def test_many_equals_clear_on_gpt2(gpt2, tail, texts) -> None:
+    encoder, _, table = gpt2
+    byte_ids = np.array([encoder[bpe.bytes_to_unicode()[b]] for b in range(256)], np.int32)
+    data = [t.encode("utf-8") if isinstance(t, str) else t for t in texts]
+    assert many(data, table, byte_ids, tail) == [gpt2_both(gpt2, d)[0] for d in data]

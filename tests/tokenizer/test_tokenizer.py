@@ -423,6 +423,66 @@ def test_piece_cache_stays_bounded_in_characters(monkeypatch: pytest.MonkeyPatch
     assert tok.encode(text) == ids == Tokenizer.from_files(*Tokenizer().files).encode(text)
 
 
+# OpenAI's pattern as src/encoder.py writes it (the tokenizer's own factors out prefixes).
+OPENAI_PATTERN = regex.compile(
+    r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+)
+
+
+def new_words(n: int, seed: int = 0) -> str:
+    """``n`` random words of Latin, Cyrillic, Greek, Arabic and CJK letters with digits and
+    punctuation between: text whose pieces a fresh cache has mostly not seen."""
+    rng = np.random.default_rng(seed)
+    scripts = [(0x61, 26), (0x430, 32), (0x3B1, 25), (0x627, 20), (0x4E00, 3000)]
+    words = []
+    for _ in range(n):
+        start, size = scripts[rng.integers(len(scripts))]
+        words.append(
+            "".join(chr(start + int(c)) for c in rng.integers(0, size, rng.integers(1, 9)))
+        )
+        words.append(str(rng.choice([" ", " ", " ", ", ", "  ", "\n", " 12 ", "! "])))
+    return "".join(words)
+
+
+def clear_ids(text: str) -> list[int]:
+    """OpenAI's algorithm, piece by piece: pre-tokenise, bytes to symbols, bpe (the clear twin)."""
+    encoder = json.loads((DATA / "encoder.json").read_text(encoding="utf-8"))
+    lines = (DATA / "vocab.bpe").read_text(encoding="utf-8").split("\n")[1:-1]
+    ranks = {tuple(line.split(" ")): r for r, line in enumerate(lines)}
+    symbol = bytes_to_unicode()
+    text = regex.sub(r"\p{Cs}", "\ufffd", text)  # lone surrogates, as the module docstring says
+    return [
+        encoder[token]
+        for piece in OPENAI_PATTERN.findall(text)
+        for token in bpe([symbol[b] for b in piece.encode()], ranks)
+    ]
+
+
+@pytest.mark.parametrize("case", ["plain", "lone surrogates", "cache starting afresh"])
+def test_a_cold_text_is_merged_in_windows_to_the_same_ids(monkeypatch, case: str) -> None:
+    """Parts that bring many new pieces are gathered into windows whose new pieces bpe_many
+    merges at once (small parts and windows here, so that a short text has many): the same
+    ids as OpenAI's algorithm piece by piece, with lone surrogates in the text, and with the
+    cache starting afresh in the middle of a window."""
+    text = new_words(3000)
+    if case == "lone surrogates":
+        text = text[:5000] + "\ud800" + text[5000:9000] + "x\udfff " + text[9000:]
+    if case == "cache starting afresh":
+        monkeypatch.setattr(tokenizer_module, "CACHE_SIZE", 300)
+    monkeypatch.setattr(tokenizer_module, "PART_CHARS", 256)
+    monkeypatch.setattr(tokenizer_module, "WINDOW_CHARS", 2048)
+    batches: list[int] = []
+    real = tokenizer_module.bpe_many
+    monkeypatch.setattr(
+        tokenizer_module, "bpe_many", lambda data, *a: batches.append(len(a[0])) or real(data, *a)
+    )
+    tok = Tokenizer()
+    ids = tok.encode_ordinary(text)
+    assert len(batches) > 3 and sum(batches) > 1000  # most of the text went through windows
+    assert ids == clear_ids(text)
+    assert tok.encode_ordinary(text) == ids  # warm: from the cache
+
+
 def test_whole_tokens_start_in_the_cache_only_for_the_pinned_vocabulary(tmp_path) -> None:
     """The head start relies on GPT-2's vocabulary being closed under BPE (checked above for
     all 50256 tokens); a vocabulary with other digests starts with an empty cache."""
@@ -1000,6 +1060,14 @@ def test_fixture_is_what_tiktoken_says(tt, cases: list[dict]) -> None:
         allowed = allowed if allowed == "all" else set(allowed)  # tiktoken insists on a set
         ids = tt.encode(case["text"], allowed_special=allowed, disallowed_special=())
         assert ids == case["ids"], case["text"][:60]
+
+
+@pytest.mark.oracle
+def test_a_cold_text_in_windows_equals_tiktoken(tt) -> None:
+    """A fresh tokenizer's first text of many new pieces (merged in windows by bpe_many, with
+    the module's own part and window sizes)."""
+    text = new_words(60_000, seed=1)
+    assert Tokenizer().encode_ordinary(text) == tt.encode_ordinary(text)
 
 
 @pytest.mark.oracle

@@ -18,8 +18,9 @@ costs O(n²). :func:`bpe_fast` is its twin on token ids, O(n log n), tested equa
 tokenizer uses the fast one. It takes one of three routes by the piece's length: a list scan for
 a word, a heap of pairs for a longer piece, and for a long one (a page of text with no space,
 megabytes of CJK) :func:`bpe_rounds`, which holds the piece in NumPy arrays and does each round
-of merges as a few array operations. The files themselves are read and checked in
-:mod:`gpt2np.tokenizer.vocab`.
+of merges as a few array operations. :func:`bpe_many` merges many short pieces at once (a text
+in a language whose words the cache has not seen yet): one merge of every piece per round. The
+files themselves are read and checked in :mod:`gpt2np.tokenizer.vocab`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
     "MergeTable",
     "bpe",
     "bpe_fast",
+    "bpe_many",
     "bpe_rounds",
     "bytes_to_unicode",
     "last_cut",
@@ -337,6 +339,88 @@ def bpe_rounds(ids: np.ndarray, table: MergeTable) -> np.ndarray:
             before[after[q]] = p
             _file_new_pairs(p, sym, after, before, arrays, waiting, heap)
     return sym[:n][sym[:n] >= 0].astype(np.int64)
+
+
+def bpe_many(
+    data: bytes,
+    lengths: np.ndarray,
+    table: MergeTable,
+    byte_ids: np.ndarray,
+    byte_ranks: np.ndarray,
+    tail_pieces: int = 32,
+) -> list[list[int]]:
+    """:func:`bpe` of many pieces at once, as token ids: ``data`` is their UTF-8 bytes back to
+    back, ``lengths`` [P] how many bytes each has; returns each piece's ids, in order.
+
+    Each round makes, in every piece at once, the merge :func:`bpe` makes next there: the
+    lowest rank among the piece's adjacent pairs (a segment minimum of ``rank``, where
+    ``rank[i]`` is the rank of symbols i and i + 1, none across pieces), at every occurrence,
+    left to right (in a run of one symbol, (a, a) pairs every other one from the left, as
+    :func:`merge_pair` does). Only the pairs next to a merge change, so only they are looked
+    up again. A piece with no ranked pair left is done and leaves the arrays. A round is a few
+    array operations, and there are as many rounds as the most merges a piece needs; the last
+    ``tail_pieces`` are finished one by one by :func:`bpe_fast` (a round of array operations
+    costs more than a few pieces' next merges in Python) (BPE's next merge depends
+    on a piece's symbols alone, so it continues from wherever the rounds left them).
+
+    ``byte_ids`` [256] is each byte's token id, ``byte_ranks`` [256, 256] the rank of each pair
+    of bytes (NO_RANK for none): the first round's lookups, as one gather.
+    """
+    arrays = table.arrays
+    out: list[list[int]] = [[] for _ in range(len(lengths))]
+    raw = np.frombuffer(data, np.uint8)
+    lengths = np.asarray(lengths, np.int64)
+    piece = np.flatnonzero(lengths)  # [S]: the piece each segment holds (an empty one: no ids)
+    seg_len = lengths[piece]  # [S]
+    if not len(piece):
+        return out
+    ends = np.cumsum(seg_len)
+    sym = byte_ids[raw]  # [n] int32: the symbols of every piece, back to back
+    rank = np.empty(len(raw), np.int32)  # [n]: the rank of the pair that starts at each symbol
+    rank[:-1] = byte_ranks[raw[:-1], raw[1:]]
+    rank[ends - 1] = NO_RANK  # a piece's last symbol starts no pair
+    seg = np.repeat(np.arange(len(piece), dtype=np.int32), seg_len)  # [n]: its segment
+    while True:
+        least = np.minimum.reduceat(rank, ends - seg_len)  # [S]: the merge each piece makes next
+        done = least == NO_RANK
+        tail = len(piece) - int(done.sum()) <= tail_pieces
+        if done.any() or tail:
+            leave = done | tail  # [S]: the segments that leave the arrays now
+            flat = sym[leave[seg]].tolist()
+            first = 0
+            for j, n, merged in zip(
+                piece[leave].tolist(), seg_len[leave].tolist(), done[leave].tolist()
+            ):
+                ids = flat[first : first + n]
+                out[j] = ids if merged else bpe_fast(ids, table)
+                first += n
+            if tail:
+                return out
+            live = ~done
+            stay = live[seg]
+            sym, rank = sym[stay], rank[stay]
+            seg_len, piece, least = seg_len[live], piece[live], least[live]
+            ends = np.cumsum(seg_len)
+            seg = np.repeat(np.arange(len(piece), dtype=np.int32), seg_len)
+        at = np.flatnonzero(rank == least[seg])  # where the merges are
+        if len(at) > 1:
+            follows = at[1:] == at[:-1] + 1  # only a pair (a, a) in a run of a's follows itself
+            if follows.any():
+                i = np.arange(len(at))
+                run_start = np.maximum.accumulate(np.where(np.r_[False, follows], 0, i))
+                at = at[(i - run_start) % 2 == 0]
+        sym[at] = arrays.merged[rank[at]]
+        stay = np.ones(len(sym), bool)
+        stay[at + 1] = False  # the right symbol of each merged pair goes
+        seg_len = seg_len - np.bincount(seg[at], minlength=len(seg_len))
+        sym, rank, seg = sym[stay], rank[stay], seg[stay]
+        ends = np.cumsum(seg_len)
+        new = at - np.arange(len(at))  # where the merged symbols are now
+        touched = np.concatenate([new[new > 0] - 1, new])  # the pairs each is in
+        inside = touched < ends[seg[touched]] - 1  # a pair starting at a piece's end: none
+        rank[touched[~inside]] = NO_RANK
+        touched = touched[inside]
+        rank[touched] = arrays.rank(sym[touched], sym[touched + 1])
 
 
 def _first_pairs(sym: np.ndarray, arrays: PairArrays, index: type) -> dict[int, list[np.ndarray]]:

@@ -27,6 +27,7 @@ encodes — tiktoken's rule, so ids agree with tiktoken for every ``str``.
 
 from __future__ import annotations
 
+import array
 import bisect
 import codecs
 import functools
@@ -45,6 +46,7 @@ from .bpe import (
     PATTERN,
     MergeTable,
     bpe_fast,
+    bpe_many,
     bpe_rounds,
     bytes_to_unicode,
     last_cut,
@@ -81,6 +83,12 @@ CACHE_MAX_CHARS = 1 << 10
 #: Characters pre-tokenised at a time (more, when no cut point comes sooner). Small parts keep
 #: a stray non-ASCII character from sending much text past the faster ASCII pattern.
 PART_CHARS = 1 << 11
+#: A part that brings at least COLD_MISSES pieces the cache has not seen starts windows of at
+#: least WINDOW_CHARS characters whose new pieces are merged together (bpe_many), each piece of
+#: at most MANY_CHARS characters; the longer ones alone.
+COLD_MISSES = 32
+WINDOW_CHARS = 1 << 17
+MANY_CHARS = 64
 #: Whitespace parts longer than this many bytes are merged in arrays by encode_stream.
 SHORT_SPACE = 64
 #: Characters read at a time from a file given to encode_stream.
@@ -108,8 +116,23 @@ class _PieceCache(dict[str, tuple[int, ...]]):
         self._older: dict[str, tuple[int, ...]] = {}
         self._room, self._chars = CACHE_SIZE, CACHE_CHARS
 
+        self.misses = 0  # pieces encoded so far (how cold the cache is: see _encode_ordinary)
+
     def __missing__(self, piece: str) -> tuple[int, ...]:
-        ids = self._older.get(piece) or self._encode(piece)
+        ids = self._older.get(piece)
+        if not ids:
+            ids = self._encode(piece)
+            self.misses += 1
+        self.remember(piece, ids)
+        return ids
+
+    def unseen(self, pieces: Iterable[str]) -> list[str]:
+        """The distinct pieces neither generation holds, in order of first appearance."""
+        older = self._older
+        return [p for p in dict.fromkeys(pieces) if p not in self and p not in older]
+
+    def remember(self, piece: str, ids: tuple[int, ...]) -> None:
+        """Keep ``piece``'s ids (not a piece longer than CACHE_MAX_CHARS)."""
         if len(piece) <= CACHE_MAX_CHARS:
             if self._room == 0 or self._chars < len(piece):
                 self._older = dict(self)
@@ -119,11 +142,12 @@ class _PieceCache(dict[str, tuple[int, ...]]):
             self[piece] = ids
             self._room -= 1
             self._chars -= len(piece)
-        return ids
 
 
 class Tokenizer:
     """GPT-2's byte-level BPE tokenizer (50257 tokens; ``<|endoftext|>`` = 50256)."""
+
+    _cold = False  # the last part brought many new pieces: gather the next ones (encode)
 
     def __init__(self) -> None:
         """Load the bundled vocabulary, refusing files whose SHA-256 differs from the pins (read
@@ -565,17 +589,59 @@ class Tokenizer:
 
     def _encode_ordinary(self, text: str) -> list[int]:
         # Pieces repeat (" the", ","), so most are cache hits: map and chain keep them in C.
-        lookup = self._cache.__getitem__
+        # While parts bring many pieces the cache has not seen (a language it has not met
+        # yet), parts are gathered into windows whose new pieces are merged together first.
+        cache = self._cache
+        lookup = cache.__getitem__
         ids: list[int] = []
+        window: list[list[str]] = []  # the pieces of parts waiting to be encoded together
+        chars = 0
         for part in split_text(text, PART_CHARS):
-            done = len(ids)
+            if self._cold:
+                window.append(pretokenize(_encodable(part)))
+                chars += len(part)
+                if chars >= WINDOW_CHARS:
+                    ids += self._encode_window(window)
+                    window, chars = [], 0
+                continue
+            done, misses = len(ids), cache.misses
             try:
                 ids += itertools.chain.from_iterable(map(lookup, pretokenize(part)))
             except UnicodeEncodeError:  # lone surrogates: see the module docstring
                 del ids[done:]
                 part = _replace_surrogates(part)
                 ids += itertools.chain.from_iterable(map(lookup, pretokenize(part)))
-        return ids
+            self._cold = cache.misses - misses >= COLD_MISSES
+        return ids + self._encode_window(window) if window else ids
+
+    def _encode_window(self, window: list[list[str]]) -> list[int]:
+        """The ids of several parts' pieces, the pieces the cache has not seen merged at once
+        (:func:`bpe_many`) first. The parts after it are gathered again only if it brought at
+        least COLD_MISSES new pieces a part."""
+        cache = self._cache
+        new = [
+            p for p in cache.unseen(itertools.chain.from_iterable(window)) if len(p) <= MANY_CHARS
+        ]
+        if new:
+            data = [p.encode() for p in new]
+            lengths = np.fromiter(map(len, data), np.int64, len(data))
+            merged = bpe_many(
+                b"".join(data), lengths, self._table, self._byte_id_array, self._byte_ranks
+            )
+            for piece, piece_ids in zip(new, merged):
+                cache.remember(piece, tuple(piece_ids))
+            cache.misses += len(new)
+        self._cold = len(new) >= COLD_MISSES * len(window)
+        lookup = cache.__getitem__
+        return list(
+            itertools.chain.from_iterable(map(lookup, itertools.chain.from_iterable(window)))
+        )
+
+    @functools.cached_property
+    def _byte_ranks(self) -> np.ndarray:
+        """[256, 256]: the rank of each pair of bytes' symbols (NO_RANK: none), for bpe_many."""
+        b = self._byte_id_array
+        return self._table.arrays.rank(np.repeat(b, 256), np.tile(b, 256)).reshape(256, 256)
 
     def _encode_piece(self, piece: str) -> tuple[int, ...]:
         """BPE of one pre-tokenised piece (the cache's miss handler)."""
@@ -689,7 +755,13 @@ class Tokenizer:
     def _id_array(self, ids: list[int] | tuple[int, ...] | np.ndarray) -> np.ndarray:
         """``ids`` as a 1-D int64 array, checked as :meth:`_check_ids` checks them (which
         raises the error for anything this quick check does not pass)."""
-        a = np.asarray(ids) if isinstance(ids, np.ndarray) else np.array(ids)
+        if isinstance(ids, np.ndarray):
+            a = ids
+        else:  # array("q") reads a list of ints in C, faster than np.array (decode's first cost)
+            try:
+                a = np.frombuffer(array.array("q", ids), np.int64)
+            except (TypeError, OverflowError):  # not all ints: _check_ids names the culprit
+                return np.asarray(self._check_ids(ids), np.int64)
         if (
             a.ndim == 1
             and a.dtype.kind in "iu"
@@ -920,6 +992,15 @@ def _has_surrogates(text: str) -> bool:
         return False
     except UnicodeEncodeError:
         return True
+
+
+def _encodable(text: str) -> str:
+    """``text``, its lone surrogates replaced (see the module docstring) if it has any."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return _replace_surrogates(text)
+    return text
 
 
 def _replace_surrogates(text: str) -> str:
