@@ -134,7 +134,11 @@ def test_bench_vs_ref_takes_the_revision_with_git_archive_and_names_a_bad_one(tm
 
 
 def test_bench_quick_is_one_repetition_of_the_target_cases() -> None:
-    """--quick: one repetition of decode, prefill 1023+1 and all logits at T=1024 (--only wins)."""
+    """--quick: one repetition of decode (with its products-only floor), prefill 1023+1 and all
+    logits at T=1024 (--only wins)."""
     bench, peers = _bench_modules()
     chosen = [c for c in peers.CASES if bench["selected"](c, "decode,prefill 1023,forward T=1024")]
-    assert chosen == [peers.DECODE1, peers.DECODE8, peers.PREFILL_PLUS_ONE, peers.FORWARD[1024]]
+    assert chosen == [
+        *(peers.DECODE1, peers.DECODE8, peers.FLOOR1, peers.FLOOR8),
+        *(peers.PREFILL_PLUS_ONE, peers.FORWARD[1024]),
+    ]
