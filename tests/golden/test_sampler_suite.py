@@ -195,3 +195,27 @@ def test_a_damaged_suite_is_a_checkpoint_error(suite, tmp_path, change, says) ->
     (copy / "suite.json").write_text("{not json")
     with pytest.raises(gpt2np.CheckpointError, match="not JSON"):
         compare_sampler_suite(copy, port)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_the_docs_js_sampler_passes_every_setting_through_the_docs_loop(suite, tmp_path) -> None:
+    """docs/golden-files.md's JavaScript sampler, run by the page's shell loop over the suite,
+    then the page's `gpt2np compare suite/ port/`."""
+    import subprocess
+    import sys
+
+    from tests.golden.test_reader_js import PAGE, js_block
+
+    script = tmp_path / "sample.js"
+    script.write_text(js_block("function openGolden") + js_block("writeNpy"), encoding="utf-8")
+    page = PAGE.read_text(encoding="utf-8")
+    loop = next(line for line in page.splitlines() if line.startswith("for f in suite/*.npz"))
+    shutil.copytree(suite, tmp_path / "suite")
+    r = subprocess.run(["bash", "-c", loop], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    report = compare_sampler_suite(tmp_path / "suite", tmp_path / "port")
+    assert report.ok, str(report)
+    r = subprocess.run([sys.executable, "-m", "gpt2np", "compare", "suite/", "port/"],
+                       cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0 and "OK: every setting of the suite agrees" in r.stdout, r.stderr
