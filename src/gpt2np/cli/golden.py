@@ -11,7 +11,7 @@ main CLI prints as one line.
     gpt2np compare GOLDEN PORT [--precision P] [--rtol R] [--atol A] [--only GLOB ...]
                    [--allow-missing GLOB ...] [--strict] [--only-failures | --all | --json]
                    [--allow-mismatch KEY ...]
-    gpt2np dump-tokenizer --out tokenizer.json [--text TEXT ...] [--model DIR]
+    gpt2np dump-tokenizer --out tokenizer.json [--text TEXT ...] [--model DIR] [--format bin]
     gpt2np dump-sampler --out sampler.npz [--temperature T] [--top-k K] [--top-p P] [--min-p M]
                         [--repetition-penalty R] [--presence-penalty A] [--frequency-penalty A]
                         [--steps N] [--vocab V] [--seed S] [--logits FILE.npy]
@@ -179,6 +179,13 @@ def _add_dump_tokenizer(subparsers: Any) -> None:
     )
     t.add_argument("--out", required=True, help="the .json file to write")
     t.add_argument(
+        "--format",
+        choices=["json", "bin"],
+        default="json",
+        help="json (default: what 'gpt2np compare' reads) or bin, the same cases in a binary "
+        "layout for readers without JSON, e.g. examples/read_tokenizer_golden.c",
+    )
+    t.add_argument(
         "--text", action="append", metavar="TEXT", help="a text instead of the built-in corpus "
         "(repeatable; - reads stdin)",
     )  # fmt: skip
@@ -296,6 +303,7 @@ def run_dump_tokenizer(args: argparse.Namespace) -> int:
         _tokenizer_of(args.model),
         texts,
         allowed_special="all" if args.allow_special else [],
+        format=args.format,
     )
     cases = golden["cases"]
     ids = sum(len(c.get("ids", c.get("decode", []))) for c in cases)
@@ -393,6 +401,11 @@ def run_compare(args: argparse.Namespace) -> int:
 
 def _compare_other(kind: str, args: argparse.Namespace) -> int:
     """A tokenizer or sampler golden file, or a sampler suite: its own comparison and report."""
+    if kind == "tokenizer binary":
+        raise ValueError(
+            f"{args.golden}: a binary tokenizer golden (--format bin) is for "
+            "readers without JSON; compare the JSON one (dump-tokenizer's default)"
+        )
     if kind == "tokenizer":
         from ..golden.tokens_diff import compare_tokenizer
 
