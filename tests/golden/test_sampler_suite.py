@@ -145,10 +145,13 @@ def test_the_cli_writes_and_compares_the_suite(tmp_path, capsys) -> None:
     shutil.rmtree(port / "greedy")
     np.savez(port / "top-k.npz", **SamplerPort().run(suite / "top-k.npz"))  # .npz is fine too
     shutil.rmtree(port / "top-k")
+    shutil.rmtree(port / "min-p")
+    (port / "min-p.npz").write_bytes(b"not a zip")  # unreadable: that setting fails, with why
     assert main(["compare", str(suite), str(port)]) == 1
     text = capsys.readouterr().out
     assert "FAIL greedy: the port wrote neither greedy/ nor greedy.npz" in text
-    assert "ok   top-k" in text and "FAIL: 1 of 11 settings differ: greedy" in text
+    assert f"FAIL min-p: {port / 'min-p.npz'}" in text
+    assert "ok   top-k" in text and "FAIL: 2 of 11 settings differ: greedy, min-p" in text
 
 
 def test_what_the_suite_cannot_take_is_refused(suite, tmp_path, capsys) -> None:

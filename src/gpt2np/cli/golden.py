@@ -120,8 +120,16 @@ def _add_compare(subparsers: Any) -> None:
         "its error is born, and what a failing tensor equals instead. PORT may be an .npz or a "
         "directory of NAME.npy files. Exit 1 if the comparison fails.",
     )
-    c.add_argument("golden", help="the reference .npz (from 'gpt2np dump')")
-    c.add_argument("port", help="the port's .npz, or a directory of NAME.npy files")
+    c.add_argument(
+        "golden",
+        help="the reference: a forward pass's .npz (from 'gpt2np dump'), a tokenizer .json, a "
+        "sampler .npz, or a sampler suite's directory (dump-sampler --suite)",
+    )
+    c.add_argument(
+        "port",
+        help="the port's .npz, or a directory of NAME.npy files (for a sampler suite: a "
+        "directory with NAME/ or NAME.npz for each setting)",
+    )
     c.add_argument(
         "--precision",
         choices=list(PRECISIONS),

@@ -407,6 +407,7 @@ def dump_sampler_suite(
     check_bytes(golden_bytes(steps, n_vocab), f"a sampler golden of {steps} steps x {n_vocab} ids")
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    (directory / SUITE_INDEX).unlink(missing_ok=True)  # no index over a half-written suite
     settings = []
     for entry in SUITE:
         path = directory / f"{entry.name}.npz"
