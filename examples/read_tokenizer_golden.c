@@ -149,7 +149,7 @@ int main(int argc, char **argv) {
         }
         if (!dump)
             printf("case %2u %-6s %u ids  %.*s\n", (unsigned)c, kind ? "decode" : "text",
-                   (unsigned)n, (int)name.n, (const char *)name.p);
+                   (unsigned)n, (int)(name.n < 200 ? name.n : 200), (const char *)name.p);
     }
     if (at != size) fail("bytes after the last case: damaged");
     printf("ok: %u cases\n", (unsigned)n_cases);
