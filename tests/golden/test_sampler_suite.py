@@ -110,9 +110,9 @@ def test_each_bug_fails_a_setting_with_its_step_stage_and_hint(suite, tmp_path, 
 
 def test_the_single_all_filters_golden_misses_four_of_the_five_bugs(tmp_path) -> None:
     """Why the suite exists: against one golden of every option at once, a port with any of
-    these bugs but one passes (top-k removes the negative logits the repetition penalty
-    divides, and top-p the tie at the k-th; no generated id repeats; top-p keeps fewer ids than
-    top-k there, whichever runs first)."""
+    these bugs but one passes (the filters remove the prompt's negative logits that the
+    repetition penalty divides, and the tie at the k-th; no generated id repeats; after min-p,
+    top-k and top-p leave the same ids in either order)."""
     golden = tmp_path / "all.npz"
     dump_sampler(golden, ALL_FILTERS, steps=STEPS, n_vocab=VOCAB)
     missed = {bug for bug in BUGS if compare_sampler(golden, SamplerPort(bug).run(golden)).ok}
