@@ -11,12 +11,14 @@ main CLI prints as one line.
     gpt2np compare GOLDEN PORT [--precision P] [--rtol R] [--atol A] [--only GLOB ...]
                    [--allow-missing GLOB ...] [--strict] [--only-failures | --all | --json]
                    [--allow-mismatch KEY ...]
-    gpt2np dump-tokenizer --out tokenizer.json [--text TEXT ...] [--model DIR]
+    gpt2np dump-tokenizer --out tokenizer.json [--text TEXT ...] [--model DIR] [--format bin]
     gpt2np dump-sampler --out sampler.npz [--temperature T] [--top-k K] [--top-p P] [--min-p M]
                         [--repetition-penalty R] [--presence-penalty A] [--frequency-penalty A]
                         [--steps N] [--vocab V] [--seed S] [--logits FILE.npy]
+    gpt2np dump-sampler --suite --out DIR [--steps N] [--vocab V] [--seed S]
 
-``compare`` tells the three kinds of golden file apart (:mod:`gpt2np.golden.kinds`).
+``compare`` tells the kinds of golden file apart (:mod:`gpt2np.golden.kinds`): a forward
+pass's, a tokenizer's, a sampler's, and a sampler suite's directory.
 """
 
 from __future__ import annotations
@@ -118,8 +120,16 @@ def _add_compare(subparsers: Any) -> None:
         "its error is born, and what a failing tensor equals instead. PORT may be an .npz or a "
         "directory of NAME.npy files. Exit 1 if the comparison fails.",
     )
-    c.add_argument("golden", help="the reference .npz (from 'gpt2np dump')")
-    c.add_argument("port", help="the port's .npz, or a directory of NAME.npy files")
+    c.add_argument(
+        "golden",
+        help="the reference: a forward pass's .npz (from 'gpt2np dump'), a tokenizer .json, a "
+        "sampler .npz, or a sampler suite's directory (dump-sampler --suite)",
+    )
+    c.add_argument(
+        "port",
+        help="the port's .npz, or a directory of NAME.npy files (for a sampler suite: a "
+        "directory with NAME/ or NAME.npz for each setting)",
+    )
     c.add_argument(
         "--precision",
         choices=list(PRECISIONS),
@@ -177,6 +187,13 @@ def _add_dump_tokenizer(subparsers: Any) -> None:
     )
     t.add_argument("--out", required=True, help="the .json file to write")
     t.add_argument(
+        "--format",
+        choices=["json", "bin"],
+        default="json",
+        help="json (default: what 'gpt2np compare' reads) or bin, the same cases in a binary "
+        "layout for readers without JSON, e.g. examples/read_tokenizer_golden.c",
+    )
+    t.add_argument(
         "--text", action="append", metavar="TEXT", help="a text instead of the built-in corpus "
         "(repeatable; - reads stdin)",
     )  # fmt: skip
@@ -205,9 +222,19 @@ def _add_dump_sampler(subparsers: Any) -> None:
         "draws, is checked with 'gpt2np compare' without matching anyone's random generator. "
         "Format: docs/golden-files.md.",
     )
-    d.add_argument("--out", required=True, help="the .npz to write")
+    d.add_argument("--out", required=True, help="the .npz to write (with --suite: a directory)")
+    d.add_argument(
+        "--suite",
+        action="store_true",
+        help="write the sampler suite instead of one setting: one golden per setting (each "
+        "filter and penalty alone, greedy, repeated ids, a tied top-k with top-p, everything in "
+        "HF's order) and suite.json, in the directory --out; compare it with "
+        "'gpt2np compare DIR PORT_DIR'",
+    )
     d.add_argument("--logits", metavar="FILE.npy", help="logits [steps, V] (default: synthetic)")
-    d.add_argument("--steps", type=pos_int, default=8, help="steps of synthetic logits (8)")
+    d.add_argument(
+        "--steps", type=pos_int, help="steps of synthetic logits (8; the suite's: 6, at least 4)"
+    )
     d.add_argument("--vocab", type=pos_int, default=50257, help="their vocabulary (50257)")
     d.add_argument("--seed", type=nonneg_int, default=0, help="seed of the logits and draws")
     for name in SAMPLER_OPTIONS:  # generate's flags: one definition of each option
@@ -284,6 +311,7 @@ def run_dump_tokenizer(args: argparse.Namespace) -> int:
         _tokenizer_of(args.model),
         texts,
         allowed_special="all" if args.allow_special else [],
+        format=args.format,
     )
     cases = golden["cases"]
     ids = sum(len(c.get("ids", c.get("decode", []))) for c in cases)
@@ -300,6 +328,8 @@ def run_dump_sampler(args: argparse.Namespace) -> int:
     from ..golden.sampler import Setting, dump_sampler, golden_bytes
     from ..support.sizes import check_bytes
 
+    if args.suite:
+        return _dump_suite(args)
     setting = Setting(
         temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
         repetition_penalty=args.repetition_penalty, presence_penalty=args.presence_penalty,
@@ -317,10 +347,30 @@ def run_dump_sampler(args: argparse.Namespace) -> int:
                             args.logits)  # fmt: skip
             f.seek(0)
             logits = np.load(f, allow_pickle=False)
-    m = dump_sampler(
-        args.out, setting, logits, steps=args.steps, n_vocab=args.vocab, seed=args.seed
-    )
+    steps = 8 if args.steps is None else args.steps
+    m = dump_sampler(args.out, setting, logits, steps=steps, n_vocab=args.vocab, seed=args.seed)
     print(f"wrote {args.out}: {m['steps']} steps over {m['n_vocab']} ids, {m['setting']}")
+    return 0
+
+
+def _dump_suite(args: argparse.Namespace) -> int:
+    """Write the sampler suite to the directory --out; the setting's flags and --logits are
+    refused (the suite has its own settings and logits)."""
+    from ..golden.sampler import dump_sampler_suite
+
+    given = [name for name, off in SAMPLER_OPTIONS.items() if getattr(args, name) != off]
+    if args.logits is not None:
+        given.append("logits")
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise ValueError(f"--suite writes its own settings and logits: drop {flags}")
+    steps = 6 if args.steps is None else args.steps
+    index = dump_sampler_suite(args.out, steps=steps, n_vocab=args.vocab, seed=args.seed)
+    names = ", ".join(e["name"] for e in index["settings"])
+    print(
+        f"wrote {args.out}: {len(index['settings'])} sampler goldens ({names}), {steps} steps "
+        f"over {args.vocab} ids, and suite.json (suite version {index['suite_version']})"
+    )
     return 0
 
 
@@ -358,11 +408,22 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 def _compare_other(kind: str, args: argparse.Namespace) -> int:
-    """A tokenizer or sampler golden file: its own comparison and report."""
+    """A tokenizer or sampler golden file, or a sampler suite: its own comparison and report."""
+    if kind == "tokenizer binary":
+        raise ValueError(
+            f"{args.golden}: a binary tokenizer golden (--format bin) is for "
+            "readers without JSON; compare the JSON one (dump-tokenizer's default)"
+        )
     if kind == "tokenizer":
         from ..golden.tokens_diff import compare_tokenizer
 
         report: Any = compare_tokenizer(args.golden, args.port)
+    elif kind == "sampler suite":
+        from ..golden.sampler_diff import compare_sampler_suite
+
+        report = compare_sampler_suite(
+            args.golden, args.port, rtol=args.rtol, atol=args.atol, precision=args.precision
+        )
     else:
         from ..golden.sampler_diff import compare_sampler
 

@@ -11,16 +11,17 @@ Modules: ``manifest`` (its keys, the weights' hash), ``npy`` (the .npy header), 
 (the aligned archive), ``inputs`` (rows, prefix, padding, targets), ``writer`` (:func:`dump`),
 ``reader`` (:class:`GoldenFile`), ``diff/`` (the comparison). The tokenizer's and the sampler's
 goldens: ``tokens`` (:func:`dump_tokenizer`) and ``tokens_diff`` (:func:`compare_tokenizer`),
-``sampler`` (:func:`dump_sampler`) and ``sampler_diff`` (:func:`compare_sampler`); ``kinds``
-tells the three kinds of file apart.
+``sampler`` (:func:`dump_sampler`, and :data:`SUITE` of settings, :func:`dump_sampler_suite`)
+and ``sampler_diff`` (:func:`compare_sampler`, :func:`compare_sampler_suite`); ``kinds`` tells
+the kinds of file apart.
 """
 
 from __future__ import annotations
 
 from .manifest import FORMAT, FORMAT_VERSION, MANIFEST_KEY, weights_sha256
 from .reader import GoldenFile, MappingSource, Source, open_source
-from .sampler import Setting, dump_sampler
-from .sampler_diff import compare_sampler
+from .sampler import SUITE, Setting, dump_sampler, dump_sampler_suite
+from .sampler_diff import compare_sampler, compare_sampler_suite
 from .tokens import dump_tokenizer
 from .tokens_diff import compare_tokenizer
 from .writer import dump
@@ -29,14 +30,17 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "MANIFEST_KEY",
+    "SUITE",
     "GoldenFile",
     "MappingSource",
     "Setting",
     "Source",
     "compare_sampler",
+    "compare_sampler_suite",
     "compare_tokenizer",
     "dump",
     "dump_sampler",
+    "dump_sampler_suite",
     "dump_tokenizer",
     "open_source",
     "weights_sha256",

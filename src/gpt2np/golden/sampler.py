@@ -27,6 +27,7 @@ of docs/golden-files.md); the comparison is :mod:`gpt2np.golden.sampler_diff`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import pathlib
 from typing import Any, Optional, Union
@@ -34,18 +35,25 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from .._version import __version__
+from ..support.atomic import write_bytes
 from ..support.checks import check_int
 from ..support.sizes import check_bytes
-from .kinds import SAMPLER_FORMAT
+from .kinds import SAMPLER_FORMAT, SUITE_INDEX
 from .npy import ALIGN
 from .writer import write_tensors
 
 __all__ = [
     "STAGES",
+    "SUITE",
+    "SUITE_FORMAT",
+    "SUITE_INDEX",
+    "SUITE_VERSION",
     "Setting",
+    "SuiteEntry",
     "choose",
     "distribution",
     "dump_sampler",
+    "dump_sampler_suite",
     "min_p",
     "penalize",
     "reference_step",
@@ -169,12 +177,19 @@ def choose(probs: np.ndarray, u: float) -> int:
 
 
 def synthetic_logits(
-    n_steps: int, n_vocab: int, s: Setting, seed: int = 0, prompt: Any = ()
+    n_steps: int,
+    n_vocab: int,
+    s: Setting,
+    seed: int = 0,
+    prompt: Any = (),
+    tail_mass: Optional[float] = None,
 ) -> np.ndarray:
     """float32-exact logits [n_steps, V] shaped like a language model's (a few likely ids, a
     long tail; the first ids of ``prompt`` among the likely, so that the repetition penalty
     matters), with a tie at the k-th largest penalized logit in step 0, and every filter's
-    boundary at least :data:`MARGIN` from a rounding tie (a row that has one is drawn again)."""
+    boundary at least :data:`MARGIN` from a rounding tie (a row that has one is drawn again).
+    tail_mass: the tail shifted down to hold this share of the mass whatever V (over 50,257
+    ids it holds ~90%, and top-p or min-p alone then cut it where a rounding could move them)."""
     rng = np.random.default_rng(seed)
     prompt = np.asarray(prompt, np.int64).reshape(-1)
     rows: list[np.ndarray] = []
@@ -187,8 +202,14 @@ def synthetic_logits(
             )
         tries += 1
         z = rng.standard_normal(n_vocab) * 1.5
-        z[rng.choice(n_vocab, 12, replace=False)] += rng.uniform(3, 8, 12)
+        likely = rng.choice(n_vocab, 12, replace=False)
+        z[likely] += rng.uniform(3, 8, 12)
         z[prompt[:4]] += 6.0
+        if tail_mass is not None:
+            tail = np.ones(n_vocab, bool)
+            tail[likely], tail[prompt[:4]] = False, False
+            e = np.exp(z - z.max())
+            z[tail] += np.log(tail_mass / (1 - tail_mass) * e[~tail].sum() / e[tail].sum())
         z = z.astype(np.float32).astype(np.float64)
         if not rows and 1 < s.top_k < n_vocab - 1:
             _tie(z, prompt, s)
@@ -309,3 +330,155 @@ def _run(logits: np.ndarray, prompt: np.ndarray, u: np.ndarray, s: Setting) -> d
     tensors.update({name: np.stack(out[name]) for name in (*STAGES, "probs")})
     tensors["chosen"] = np.array(out["chosen"], np.int64)
     return tensors
+
+
+# -- the suite: one golden per setting --------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteEntry:
+    """One setting of the sampler suite: ``name`` (also its file's stem), the ``setting``, the
+    ``logits`` it is drawn on (``"synthetic"``: :func:`synthetic_logits`; ``"repeats"``: one id
+    forced for the first half of the steps, then competing; ``"tie"``: a tie at the k-th largest
+    where top-k and top-p do not commute; ``"peaked"``: synthetic with the tail holding 5% of
+    the mass, so that top-p or min-p alone cut among the likely ids) and what a port gets wrong
+    that it ``catches``."""
+
+    name: str
+    setting: Setting
+    catches: str
+    logits: str = "synthetic"
+
+
+#: The sampler suite (``gpt2np dump-sampler --suite``): each filter and each penalty alone,
+#: greedy, every option together in HF's order, generated ids that repeat, and a tied k-th
+#: largest where top-k and top-p interact. The single all-filters golden lets bugs pass that
+#: one of these shows (docs/golden-files.md, "The sampler suite").
+SUITE: tuple[SuiteEntry, ...] = (
+    SuiteEntry("greedy", Setting(temperature=0.0),
+               "sampling at temperature 0, or dividing by it (greedy: the first argmax)"),
+    SuiteEntry("temperature", Setting(temperature=0.7), "the temperature: z / T, not z * T"),
+    SuiteEntry("top-k", Setting(top_k=40), "top-k alone, its ties at the k-th largest kept"),
+    SuiteEntry("top-p", Setting(top_p=0.9),
+               "top-p alone: the id whose mass crosses top_p is kept (an exclusive cumsum)",
+               "peaked"),
+    SuiteEntry("min-p", Setting(min_p=0.05), "min-p alone: p < min_p * max(p) removed",
+               "peaked"),
+    SuiteEntry("repetition", Setting(repetition_penalty=1.3),
+               "the repetition penalty alone: z / theta if z > 0, else z * theta, on every id "
+               "of the history, prompt included"),
+    SuiteEntry("presence", Setting(presence_penalty=0.5),
+               "the presence penalty alone: the generated ids only, not the prompt's"),
+    SuiteEntry("frequency", Setting(frequency_penalty=0.2),
+               "the frequency penalty alone: the generated ids only"),
+    SuiteEntry("repeats", Setting(presence_penalty=0.3, frequency_penalty=0.4),
+               "an id generated several times: the frequency penalty counts each time "
+               "(c * alpha_f), the presence penalty once", "repeats"),
+    SuiteEntry("top-k-tie-top-p", Setting(top_k=4, top_p=0.8),
+               "a tie at the k-th largest, kept; top-k before top-p (they do not commute: "
+               "top-p renormalizes over what top-k kept)", "tie"),
+    SuiteEntry("hf-order", Setting(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05,
+                                   repetition_penalty=1.3, presence_penalty=0.5,
+                                   frequency_penalty=0.2),
+               "every option together in HF's order: penalties, temperature, top-k, top-p, "
+               "min-p"),
+)  # fmt: skip
+SUITE_FORMAT = "gpt2np-sampler-suite"
+#: The suite's version: it changes when a setting, its logits or the index's keys change.
+SUITE_VERSION = 1
+#: The smallest vocabulary the suite is written for (top-k 40 with its tie, and a tail).
+SUITE_MIN_VOCAB = 64
+#: The suite's constructed logits: the forced id's lead, and the tie setting's top logits.
+_FORCED_LEAD = 30.0
+_TIE_TOP = (5.0, 4.0, 3.0, 2.0)
+
+
+def dump_sampler_suite(
+    directory: Union[str, pathlib.Path], *, steps: int = 6, n_vocab: int = 50257, seed: int = 0
+) -> dict[str, Any]:
+    """Write one sampler golden per :data:`SUITE` entry, ``directory/NAME.npz``, and the index
+    ``directory/suite.json`` (written last: ``format``, ``suite_version``, ``steps``,
+    ``n_vocab``, ``seed`` and ``settings``, a list of ``{name, file, setting, catches}``).
+    Return the index. steps >= 4 (the repeats setting forces an id for half of them);
+    n_vocab >= 64."""
+    steps = check_int("steps", steps, 4)
+    n_vocab = check_int("n_vocab", n_vocab, SUITE_MIN_VOCAB)
+    seed = check_int("seed", seed, 0)
+    check_bytes(golden_bytes(steps, n_vocab), f"a sampler golden of {steps} steps x {n_vocab} ids")
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / SUITE_INDEX).unlink(missing_ok=True)  # no index over a half-written suite
+    settings = []
+    for entry in SUITE:
+        path = directory / f"{entry.name}.npz"
+        prompt = np.random.default_rng(seed + 1).choice(n_vocab, 16, replace=False)
+        if entry.logits == "synthetic":  # the file `dump-sampler` writes for this setting
+            dump_sampler(path, entry.setting, steps=steps, n_vocab=n_vocab, seed=seed)
+        else:
+            if entry.logits == "peaked":
+                logits = synthetic_logits(steps, n_vocab, entry.setting, seed, prompt, 0.05)
+            else:
+                build = _repeat_logits if entry.logits == "repeats" else _tie_logits
+                logits = build(steps, n_vocab, prompt, np.random.default_rng(seed))
+            dump_sampler(path, entry.setting, logits, prompt_ids=prompt, seed=seed)
+        settings.append({"name": entry.name, "file": path.name, "logits": entry.logits,
+                         "setting": dataclasses.asdict(entry.setting),
+                         "catches": entry.catches})  # fmt: skip
+    index = {
+        "format": SUITE_FORMAT,
+        "suite_version": SUITE_VERSION,
+        "gpt2np_version": __version__,
+        "steps": steps,
+        "n_vocab": n_vocab,
+        "seed": seed,
+        "settings": settings,
+    }
+    write_bytes(directory / SUITE_INDEX, json.dumps(index, indent=1) + "\n")
+    return index
+
+
+def _tail(n_vocab: int, rng: np.random.Generator) -> np.ndarray:
+    """A language model's long tail and a few likely ids, as in :func:`synthetic_logits`."""
+    z = rng.standard_normal(n_vocab) * 1.5
+    z[rng.choice(n_vocab, 12, replace=False)] += rng.uniform(3, 8, 12)
+    return z
+
+
+def _free_ids(n_vocab: int, prompt: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n distinct ids outside the prompt."""
+    free = np.setdiff1d(np.arange(n_vocab), prompt)
+    return rng.choice(free, n, replace=False)
+
+
+def _repeat_logits(
+    steps: int, n_vocab: int, prompt: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """One id R outside the prompt leads by 30 in the first half of the steps, so it is chosen
+    at each (its probability is 1 − ~V·e⁻²⁸ after any penalty of the suite); in the second half
+    it is level with the most likely other id before the penalties, so the penalty of its count
+    c decides how likely it is (c · α_f against a port's 1 · α_f)."""
+    (r,) = _free_ids(n_vocab, prompt, 1, rng)
+    rows = []
+    for i in range(steps):
+        z = _tail(n_vocab, rng)
+        others = np.delete(z, r)
+        z[r] = others.max() + (_FORCED_LEAD if i < steps // 2 else 1.0)
+        rows.append(z)
+    return np.stack(rows).astype(np.float32).astype(np.float64)
+
+
+def _tie_logits(
+    steps: int, n_vocab: int, prompt: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """Top logits 5, 4, 3, 2, 2 (+ a shift per step) on ids outside the prompt: a tie at the
+    4th largest, both kept by top-k 4; within those five, top-p 0.8 keeps two (masses 0.62,
+    0.23, ...). A tail holding 30% of the mass follows, so top-p run first, on the whole
+    distribution, keeps five or more, and top-k then keeps the five."""
+    rows = []
+    for _ in range(steps):
+        top = np.array([*_TIE_TOP, _TIE_TOP[-1]]) + rng.uniform(-0.2, 0.2)
+        mass = np.exp(top).sum()
+        z = np.log(0.43 * mass / (n_vocab - 5)) + rng.uniform(-0.5, 0.5, n_vocab)
+        z[_free_ids(n_vocab, prompt, 5, rng)] = top
+        rows.append(z)
+    return np.stack(rows).astype(np.float32).astype(np.float64)

@@ -15,13 +15,15 @@ in order and names the first step and, in it, the first stage that differs:
 
 When a step differs, variants of the sampler with a common port bug are run on the golden's
 inputs (top-p with an inclusive cumulative sum, temperature after the filters, ties dropped at
-the k-th, penalties on the wrong ids, ...) and the one that reproduces the port is named.
+the k-th, top-k after top-p, penalties on the wrong ids, a frequency counted once, ...) and the
+one that reproduces the port is named.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import pathlib
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -31,9 +33,20 @@ from ..support.sizes import check_bytes
 from .diff.tolerance import tolerance
 from .kinds import SAMPLER_FORMAT
 from .reader import Source, open_source
-from .sampler import STAGES, Setting, distribution, min_p, penalize, top_k, top_p
+from .sampler import (
+    STAGES,
+    SUITE_FORMAT,
+    SUITE_INDEX,
+    SUITE_VERSION,
+    Setting,
+    distribution,
+    min_p,
+    penalize,
+    top_k,
+    top_p,
+)
 
-__all__ = ["SamplerReport", "compare_sampler"]
+__all__ = ["SamplerReport", "SuiteReport", "compare_sampler", "compare_sampler_suite"]
 
 REMOVED = -1e9  # a port's logit at or below this is a removed id (OpenAI's code uses -1e10)
 
@@ -339,6 +352,8 @@ def _pipeline(order: str = "golden", **swap: Any) -> Pipeline:
         t = s.temperature or 1.0
         if order == "golden":
             z = fm(fp(fk(z / t, s.top_k), s.top_p), s.min_p)
+        elif order == "top-k after top-p":
+            z = fm(fk(fp(z / t, s.top_p), s.top_k), s.min_p)
         elif order == "temperature last":
             z = fm(fp(fk(z, s.top_k), s.top_p), s.min_p) / t
         else:  # temperature after top-k and top-p, before min-p
@@ -363,6 +378,13 @@ def _penalize_counting_the_prompt(z: np.ndarray, h: np.ndarray, n: int, s: Setti
     return penalize(z, h, 0, s)
 
 
+def _penalize_frequency_once(z: np.ndarray, h: np.ndarray, n: int, s: Setting) -> np.ndarray:
+    z = penalize(z, h, n, dataclasses.replace(s, presence_penalty=0.0, frequency_penalty=0.0))
+    generated = np.unique(h[n:])
+    z[generated] -= s.frequency_penalty + s.presence_penalty
+    return z
+
+
 VARIANTS: list[tuple[str, Pipeline]] = [
     ("top-p with an inclusive cumulative sum (cumsum < top_p): it drops the token that crosses "
      "top_p; the golden keeps it (the mass before a token < top_p)",
@@ -380,6 +402,11 @@ VARIANTS: list[tuple[str, Pipeline]] = [
      "multiplied by the penalty", _pipeline(penalize=_penalize_by_division)),
     ("presence and frequency penalties counting the prompt: OpenAI's count the generated ids only",
      _pipeline(penalize=_penalize_counting_the_prompt)),
+    ("the frequency penalty counting a generated id once however often it was generated (a "
+     "second presence penalty): the golden subtracts c · α_f, c the times it was generated",
+     _pipeline(penalize=_penalize_frequency_once)),
+    ("top-k applied after top-p: the golden (as HF) applies top-k first, and top-p "
+     "renormalizes over the ids top-k kept", _pipeline("top-k after top-p")),
 ]  # fmt: skip
 
 
@@ -405,3 +432,164 @@ def _same(p: np.ndarray, g: np.ndarray, rtol: float, atol: float) -> bool:
     if not np.array_equal(p > 0, g > 0):
         return False
     return bool(np.all(np.abs(p - g) <= atol * g.max() + rtol * g))
+
+
+# -- the suite: one comparison per setting ------------------------------------------------------
+
+#: suite.json is small (a dozen settings); anything much larger is not one.
+MAX_INDEX_BYTES = 1 << 20
+
+
+@dataclasses.dataclass
+class SuiteReport:
+    """A port's outputs against every setting of a sampler suite (``gpt2np dump-sampler
+    --suite``). ``results``: (name, the setting's :class:`SamplerReport` or None, the error
+    when the port's output for it is missing or unreadable, else "")."""
+
+    golden: str
+    port: str
+    suite_version: int
+    results: list[tuple[str, Optional[SamplerReport], str]]
+    precision: str
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.results) and all(r is not None and r.ok for _, r, _ in self.results)
+
+    @property
+    def failed(self) -> list[str]:
+        return [name for name, r, _ in self.results if r is None or not r.ok]
+
+    def format(self, rows: str = "default") -> str:
+        lines = [f"sampler suite {self.golden} (version {self.suite_version}, "
+                 f"{len(self.results)} settings)  vs  port {self.port}"]  # fmt: skip
+        for name, report, error in self.results:
+            if report is None:
+                lines.append(f"FAIL {name}: {error}")
+            elif report.ok:
+                lines.append(f"ok   {name}: {report.steps} steps agree")
+            else:
+                step, stage, message = report.findings[0]
+                lines.append(f"FAIL {name}: step {step}, {stage}: {message}")
+                more = report.findings[1:] if rows != "default" else []
+                lines += [f"     {name}: step {st}, {sg}: {m}" for st, sg, m in more]
+                lines += [f"     hint: {h}" for h in report.hints]
+        if self.ok:
+            lines.append(f"OK: every setting of the suite agrees ({len(self.results)})")
+        else:
+            lines.append(f"FAIL: {len(self.failed)} of {len(self.results)} settings differ: "
+                         + ", ".join(self.failed))  # fmt: skip
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.format()
+
+    def to_dict(self) -> dict[str, Any]:
+        settings = [{"name": name, "ok": r is not None and r.ok, "error": error,
+                     "report": None if r is None else r.to_dict()}
+                    for name, r, error in self.results]  # fmt: skip
+        return {"ok": self.ok, "golden": self.golden, "port": self.port,
+                "suite_version": self.suite_version, "precision": self.precision,
+                "settings": settings}  # fmt: skip
+
+    def to_json(self, indent: Optional[int] = 1) -> str:
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+
+
+def read_suite_index(directory: Any) -> dict[str, Any]:
+    """A sampler suite's ``suite.json``, checked: its format and version, and each setting's
+    ``name`` and ``file`` (a file name in the directory) and ``setting``. CheckpointError
+    naming what is wrong."""
+    path = pathlib.Path(directory) / SUITE_INDEX
+    try:
+        if path.stat().st_size > MAX_INDEX_BYTES:
+            raise CheckpointError(f"{path}: {path.stat().st_size} bytes, not a suite index")
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot read the suite index: {e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: not JSON: {e}") from None
+    if not isinstance(index, dict) or index.get("format") != SUITE_FORMAT:
+        raise CheckpointError(
+            f"{path}: not a sampler suite index (format "
+            f"{index.get('format') if isinstance(index, dict) else None!r})"
+        )
+    version = index.get("suite_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version > SUITE_VERSION:
+        raise CheckpointError(f"{path}: suite_version {version!r}; this gpt2np reads up to "
+                              f"{SUITE_VERSION}")  # fmt: skip
+    settings = index.get("settings")
+    if not isinstance(settings, list) or not settings:
+        raise CheckpointError(f"{path}: settings must be a non-empty list")
+    names = set()
+    for i, entry in enumerate(settings):
+        ok = isinstance(entry, dict) and all(
+            isinstance(entry.get(k), str) for k in ("name", "file")
+        )
+        if not ok or not isinstance(entry.get("setting"), dict):
+            raise CheckpointError(f"{path}: settings[{i}] needs a name, a file and a setting")
+        name, file = entry["name"], entry["file"]
+        if pathlib.PurePath(file).name != file or file in ("", ".", ".."):
+            raise CheckpointError(f"{path}: settings[{i}] file {file!r} is not a file name in "
+                                  "the suite's directory")  # fmt: skip
+        if name in names or not name or "/" in name or name in (".", ".."):
+            raise CheckpointError(f"{path}: settings[{i}] name {name!r} is empty, repeated or "
+                                  "not a file name")  # fmt: skip
+        names.add(name)
+    return index
+
+
+def compare_sampler_suite(
+    golden: Any,
+    port: Any,
+    rtol: Optional[float] = None,
+    atol: Optional[float] = None,
+    *,
+    precision: Optional[str] = None,
+) -> SuiteReport:
+    """Compare a port's outputs with every setting of a sampler suite.
+
+    golden: the suite's directory (``suite.json`` and one ``NAME.npz`` per setting). port: a
+    directory holding, for each setting NAME, the port's output as ``NAME/`` (a directory of
+    ``NAME.npy`` files) or ``NAME.npz``. A setting whose output is missing or unreadable is a
+    failure of that setting (the others are still compared); a damaged suite is a
+    CheckpointError."""
+    precision, rtol, atol = tolerance(precision, rtol, atol)
+    index = read_suite_index(golden)
+    port_dir = pathlib.Path(port)
+    if not port_dir.is_dir():
+        raise ValueError(
+            f"{port}: a sampler suite is compared with a directory holding the port's "
+            "output for each setting NAME, as NAME/ (NAME.npy files) or NAME.npz"
+        )
+    results: list[tuple[str, Optional[SamplerReport], str]] = []
+    for entry in index["settings"]:
+        name, gold = entry["name"], pathlib.Path(golden) / entry["file"]
+        if not gold.is_file():
+            raise CheckpointError(f"{gold}: the suite's {name!r} golden is absent")
+        candidates = [port_dir / name, port_dir / f"{name}.npz"]
+        found = [c for c in candidates if c.exists()]
+        if not found:
+            results.append((name, None, f"the port wrote neither {name}/ nor {name}.npz in "
+                                        f"{port_dir}"))  # fmt: skip
+            continue
+        try:
+            report = compare_sampler(gold, found[0], rtol, atol, precision=precision)
+        except ValueError as e:  # the port's output: its shapes, its names
+            results.append((name, None, str(e)))
+            continue
+        except CheckpointError as e:  # the golden's errors start with its path, the port's
+            if str(e).startswith(f"{gold}:"):  # with the port's
+                raise
+            results.append((name, None, str(e)))
+            continue
+        if report.steps and dataclasses.asdict(_setting_of(gold)) != entry["setting"]:
+            raise CheckpointError(f"{gold}: its setting is not the one suite.json gives for "
+                                  f"{name!r}")  # fmt: skip
+        results.append((name, report, ""))
+    return SuiteReport(str(golden), str(port), index["suite_version"], results, precision)
+
+
+def _setting_of(path: pathlib.Path) -> Setting:
+    with open_source(path, str(path)) as g:
+        return Setting(**(g.manifest or {})["setting"])

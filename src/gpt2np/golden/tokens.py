@@ -24,24 +24,31 @@ from __future__ import annotations
 import hashlib
 import json
 import pathlib
+import struct
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
 import regex
 
 from .._version import __version__
+from ..errors import CheckpointError
 from ..support.atomic import write_bytes
 from ..tokenizer import Tokenizer
 from ..tokenizer.bpe import bytes_to_unicode, merge_pair, pretokenize
 from ..tokenizer.hf_json import read_tokenizer_json
 from ..tokenizer.vocab import parse_vocabulary, read_vocabulary
+from .kinds import TOKENIZER_BINARY_MAGIC
 
 __all__ = [
+    "BINARY_MAGIC",
+    "BINARY_VERSION",
     "CORPUS",
     "OPENAI_PATTERN",
     "TOKENIZER_FORMAT",
     "Vocabulary",
     "dump_tokenizer",
+    "read_binary",
+    "to_binary",
     "trace_decode",
     "trace_text",
 ]
@@ -183,12 +190,17 @@ def dump_tokenizer(
     tokenizer: Optional[Tokenizer] = None,
     texts: Optional[list[str]] = None,
     allowed_special: Special = (),
+    format: str = "json",
 ) -> dict[str, Any]:
-    """Write a tokenizer golden file (JSON) to ``path`` and return it as a dict.
+    """Write a tokenizer golden file to ``path`` and return it as a dict.
 
     tokenizer: default GPT-2's bundled one. texts: the texts to record (each with
-    ``allowed_special``); default the built-in :data:`CORPUS` and its decode cases.
+    ``allowed_special``); default the built-in :data:`CORPUS` and its decode cases. format:
+    ``"json"`` (what ``compare`` reads) or ``"bin"`` (:func:`to_binary`, for readers without
+    JSON: examples/read_tokenizer_golden.c).
     """
+    if format not in ("json", "bin"):
+        raise ValueError(f"format must be 'json' or 'bin', got {format!r}")
     vocab = Vocabulary(tokenizer if tokenizer is not None else Tokenizer())
     if texts is None:
         cases = [{"name": n, **trace_text(t, vocab, s)} for n, t, s in CORPUS]
@@ -207,7 +219,7 @@ def dump_tokenizer(
         "pattern": OPENAI_PATTERN,
         "cases": cases,
     }
-    write_bytes(path, to_json(golden))
+    write_bytes(path, to_json(golden) if format == "json" else to_binary(golden))
     return golden
 
 
@@ -217,3 +229,158 @@ def to_json(golden: dict[str, Any]) -> str:
     lines = [json.dumps(head, ensure_ascii=False)[:-1] + ', "cases": [']
     cases = [json.dumps(c, ensure_ascii=False) for c in golden["cases"]]
     return "\n".join([*lines, ",\n".join(cases), "]}"]) + "\n"
+
+
+# -- the binary layout, for readers without JSON -------------------------------------------------
+
+#: The first 8 bytes of a binary tokenizer golden, and its layout's version.
+BINARY_MAGIC = TOKENIZER_BINARY_MAGIC
+BINARY_VERSION = 1
+#: The fewest bytes a case takes (kind, name, text, then 3 counts or 2): counts are checked
+#: against the bytes left before anything is allocated.
+_MIN_CASE = 20
+
+
+def to_binary(golden: dict[str, Any]) -> bytes:
+    """A tokenizer golden (:func:`dump_tokenizer`'s dict) in the binary layout of
+    docs/golden-files.md ("Reading the tokenizer golden from C"). Every integer is 4 bytes,
+    little-endian; a string is its byte count (u32) then its UTF-8 bytes; a list of ids is its
+    count (u32) then the ids (int32)::
+
+        "GPT2NPTK"  u32 version (1)  u32 n_vocab  u32 n_cases  string pattern
+        each case:  u32 kind (0 text, 1 decode)  string name  string text
+          text:     u32 n_special, n_special strings   u32 n_pieces, each piece:
+                    u32 special (0 or 1)  string text  ids      then ids (the whole text's)
+          decode:   ids (the ids decoded)  string bytes (their bytes, raw)
+    """
+    out = bytearray(BINARY_MAGIC)
+
+    def u32(v: int) -> None:
+        out.extend(struct.pack("<I", v))
+
+    def string(b: bytes) -> None:
+        u32(len(b))
+        out.extend(b)
+
+    def ids(v: list[int]) -> None:
+        u32(len(v))
+        out.extend(struct.pack(f"<{len(v)}i", *v))
+
+    u32(BINARY_VERSION)
+    u32(golden["n_vocab"])
+    u32(len(golden["cases"]))
+    string(golden["pattern"].encode("utf-8"))
+    for case in golden["cases"]:
+        decode = "decode" in case
+        u32(int(decode))
+        string(case["name"].encode("utf-8"))
+        string(case["text"].encode("utf-8"))
+        if decode:
+            ids(case["decode"])
+            string(bytes.fromhex(case["bytes"]))
+            continue
+        u32(len(case["allowed_special"]))
+        for token in case["allowed_special"]:
+            string(token.encode("utf-8"))
+        u32(len(case["pieces"]))
+        for piece in case["pieces"]:
+            u32(int(bool(piece.get("special"))))
+            string(piece["text"].encode("utf-8"))
+            ids(piece["ids"])
+        ids(case["ids"])
+    return bytes(out)
+
+
+def read_binary(path: Union[str, pathlib.Path]) -> dict[str, Any]:
+    """Read a binary tokenizer golden (:func:`to_binary`) back: ``format_version``,
+    ``n_vocab``, ``pattern`` and ``cases`` (a text case's ``name``, ``text``,
+    ``allowed_special``, ``pieces`` as ``{text, special, ids}`` and ``ids``; a decode case's
+    ``name``, ``text``, ``decode`` and ``bytes`` as hex). CheckpointError for a file that is
+    truncated or damaged, naming the byte; the checks are the C reader's."""
+    r = _Binary(pathlib.Path(path).read_bytes(), str(path))
+    if r.data[:8] != BINARY_MAGIC:
+        raise r.fail("not a gpt2np tokenizer golden (its first 8 bytes are not GPT2NPTK)")
+    r.at = 8
+    version = r.u32()
+    if version != BINARY_VERSION:
+        raise r.fail(f"format version {version}; this reader reads {BINARY_VERSION}")
+    r.n_vocab = r.u32()
+    n_cases = r.u32()
+    golden: dict[str, Any] = {"format_version": version, "n_vocab": r.n_vocab,
+                              "pattern": r.string(), "cases": []}  # fmt: skip
+    r.count(n_cases, _MIN_CASE, "cases")
+    for _ in range(n_cases):
+        kind = r.u32()
+        if kind > 1:
+            raise r.fail(f"a case's kind is {kind}, neither 0 (text) nor 1 (decode)")
+        case: dict[str, Any] = {"name": r.string(), "text": r.string()}
+        if kind == 1:
+            case["decode"] = r.ids()
+            case["bytes"] = r.raw().hex()
+        else:
+            case.update(_text_case(r))
+        golden["cases"].append(case)
+    if r.at != len(r.data):
+        raise r.fail("bytes after the last case: damaged")
+    return golden
+
+
+def _text_case(r: _Binary) -> dict[str, Any]:
+    """A text case's special tokens, pieces and ids (the pieces' ids one after another)."""
+    r.count(n_special := r.u32(), 4, "special tokens")
+    case: dict[str, Any] = {"allowed_special": [r.string() for _ in range(n_special)]}
+    r.count(n_pieces := r.u32(), 12, "pieces")
+    case["pieces"] = []
+    for _ in range(n_pieces):
+        special = r.u32()
+        if special > 1:
+            raise r.fail(f"a piece's special flag is {special}, neither 0 nor 1")
+        case["pieces"].append({"text": r.string(), "special": bool(special), "ids": r.ids()})
+    case["ids"] = r.ids()
+    if case["ids"] != [i for p in case["pieces"] for i in p["ids"]]:
+        raise r.fail("a text case's ids are not its pieces' ids one after another")
+    return case
+
+
+class _Binary:
+    """A cursor over a binary tokenizer golden; every count checked against the bytes left."""
+
+    def __init__(self, data: bytes, label: str) -> None:
+        self.data, self.label, self.at, self.n_vocab = data, label, 0, 0
+
+    def fail(self, what: str) -> CheckpointError:
+        return CheckpointError(f"{self.label}: {what} (at byte {self.at})")
+
+    def count(self, n: int, least: int, what: str) -> None:
+        if n > (len(self.data) - self.at) // least:
+            raise self.fail(f"more {what} ({n}) than the file can hold")
+
+    def u32(self) -> int:
+        if len(self.data) - self.at < 4:
+            raise self.fail("the file ends inside a number: truncated")
+        self.at += 4
+        return int.from_bytes(self.data[self.at - 4 : self.at], "little")
+
+    def raw(self) -> bytes:
+        n = self.u32()
+        if n > len(self.data) - self.at:
+            raise self.fail("a string runs past the end of the file: truncated or damaged")
+        self.at += n
+        return self.data[self.at - n : self.at]
+
+    def string(self) -> str:
+        raw = self.raw()
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.fail("a string is not UTF-8") from None
+
+    def ids(self) -> list[int]:
+        n = self.u32()
+        if n > (len(self.data) - self.at) // 4:
+            raise self.fail("a list of ids runs past the end of the file: truncated or damaged")
+        out = list(struct.unpack_from(f"<{n}I", self.data, self.at))
+        self.at += 4 * n
+        if any(i >= self.n_vocab for i in out):
+            raise self.fail("an id outside [0, n_vocab)")
+        return out
