@@ -145,6 +145,9 @@ EXPECTED = {
     ),
     "fc_noise": ("step", "h0.mlp.c_fc", None),
     "pad_unmasked": ("padded", "h0.attn.probs", "the padding is not masked"),
+    # caught here because init_params' biases are random; zero biases hide them (test_stress)
+    "attn_bias_dropped": ("step", "h0.attn.qkv", None),
+    "mlp_bias_dropped": ("step", "h0.mlp.c_fc", None),
 }
 #: The bugs whose hint named a wrong cause before issue 34 (what it said), and those with none.
 MISLED = {"step_only_mask": "upper-left corner", "pad_positions_unshifted": "pads on the right",
@@ -156,7 +159,7 @@ NEW_HINTS = ["step_only_mask", "pad_positions_unshifted", "nan_in_mlp", "qkv_per
              "scores_by_d_model", "pad_unmasked"]  # fmt: skip
 
 
-@pytest.mark.parametrize("bug", list(BUGS))
+@pytest.mark.parametrize("bug", [b for b in BUGS if b in EXPECTED])
 def test_each_bug_is_reported_where_it_enters(small, bug: str) -> None:
     case, first, hint = EXPECTED[bug]
     report = gpt2np.compare(*small.run({bug}, case=case))
