@@ -136,3 +136,16 @@ def test_a_softmax_without_max_subtraction_overflows_float16_only_on_stress_weig
     assert not report.ok and report.first_divergence == "h0.attn.probs", str(report)
     assert report.hints[0].startswith("NaN first appears in port h0.attn.probs")
     assert stress.compare("softmax_no_max", "float32").ok  # float32's exp overflows at 88.7
+
+
+def test_values_within_atol_of_zero_are_not_called_a_scale(stress) -> None:
+    """Was, at float16: 'port embed.positions equals golden embed.positions × 0.0209297' for a
+    port whose positions are another table altogether: stress weights' position embeddings
+    (std 0.005) all lie within float16's atol (0.02) of 0, so c · golden was within tolerance
+    of the port for any small c. A scale is named only when it explains the port."""
+    port = ToyPort(stress.weights, HP.n_head, "float16").run(stress.ids, P)
+    other = np.random.default_rng(9).standard_normal(port["embed.positions"].shape) * 0.005
+    port["embed.positions"] = other.astype(np.float32)
+    report = gpt2np.compare(stress.golden, port, precision="float16")
+    assert report.first_divergence == "embed.positions", str(report)
+    assert report.hints == [], report.hints
