@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 
 import gpt2np
+from gpt2np.golden import GoldenFile
 from gpt2np.golden.diff import PRECISIONS
+from gpt2np.golden.writer import write_tensors
 from gpt2np.params import flatten
 from tests.helpers.toyport import BUGS, ToyPort
 
@@ -148,6 +150,8 @@ EXPECTED = {
     # caught here because init_params' biases are random; zero biases hide them (test_stress)
     "attn_bias_dropped": ("step", "h0.attn.qkv", None),
     "mlp_bias_dropped": ("step", "h0.mlp.c_fc", None),
+    # issue 34 item 2: recomputed from the decode-step golden's wpe.rows
+    "positions_from_0": ("step", "embed.positions", "counted from 0 on the cached step"),
 }
 #: The bugs whose hint named a wrong cause before issue 34 (what it said), and those with none.
 MISLED = {"step_only_mask": "upper-left corner", "pad_positions_unshifted": "pads on the right",
@@ -410,3 +414,39 @@ def test_124m_nan_misnamed_and_hints(gpt2_124m) -> None:
         if any(expected[bug][2] in h for h in report.hints):
             named.append(bug)
     assert len(named) >= 8, f"named only {named}"
+
+
+def test_positions_from_0_are_named_and_only_they(small, tmp_path) -> None:
+    """Issue 34: a cached step whose positions restart at 0 had no hint, the golden's step
+    tensors holding only wpe[T_past + t]. A decode-step golden file now holds wpe's rows
+    0 … T_past + T − 1 (wpe.rows, an input a port need not write); the hint is given only when
+    wpe[t] explains the port: not for another bug at the same tensor, not for noise, and not
+    from an older file without wpe.rows."""
+    golden, port = small.run({"positions_from_0"})
+    report = gpt2np.compare(golden, port)
+    assert report.ok is False and report.first_divergence == "embed.positions"
+    assert report.hints[0].startswith("port embed.positions at step position t holds wpe[t]")
+    assert "T_past + t = 12 + t" in report.hints[0]
+    assert "wpe.rows" not in [r.name for r in report.rows if r.required]  # not asked of ports
+    for other in ("pos_off_by_one", "embed_scaled"):
+        hints = gpt2np.compare(*small.run({other})).hints
+        assert not any("counted from 0" in h for h in hints), (other, hints)
+    golden, port = small.run()
+    noisy = dict(port, **{"embed.positions": port["embed.positions"] + 1e-3})
+    assert gpt2np.compare(golden, noisy).hints == []
+    with GoldenFile(golden) as g:  # an older golden file: no wpe.rows, no hint
+        assert g.header("wpe.rows").shape == (P + T, small.hp.n_embd)
+        older = {n: g.read(n) for n in g.names if n != "wpe.rows"}
+        manifest = dict(g.manifest)
+    manifest["tensors"] = []
+    old_file = tmp_path / "older.npz"
+    write_tensors(old_file, manifest, older)
+    report = gpt2np.compare(old_file, small.run({"positions_from_0"})[1])
+    assert report.first_divergence == "embed.positions" and report.hints == []
+
+
+@pytest.mark.parametrize("precision", ["float16", "bfloat16"])
+def test_positions_from_0_at_low_precision(small, precision: str) -> None:
+    report = gpt2np.compare(*small.run({"positions_from_0"}, precision), precision=precision)
+    assert not report.ok
+    assert any("counted from 0 on the cached step" in h for h in report.hints), str(report)

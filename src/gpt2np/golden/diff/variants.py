@@ -13,7 +13,8 @@ tensor              variants tried
                     ε added to σ instead of σ². The gain and bias are not in the file: they are
                     fitted per channel from the golden's input and output (2 or more positions)
 ``*.mlp.gelu``      the exact (erf) form; x·σ(1.702x)
-``embed.*``         positions shifted by ±1, ±2 along the step; not shifted by left padding
+``embed.*``         positions shifted by ±1, ±2 along the step; counted from 0 on a decode
+                    step (from the golden's ``wpe.rows``); not shifted by left padding
 ``*.attn.q/k/v``    q, k, v split per head ([H, 3, Dh]); heads laid out [Dh, H]
 ``*.attn.scores``   the cache's K and V swapped; the past placed after the step's keys
 ``*.attn.probs``    a token that cannot see itself; no causal mask on the step; the mask's
@@ -229,6 +230,9 @@ def _positions(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
         unshifted = _positions_unshifted(name, port, pos, gold)
         if unshifted:
             return unshifted
+    from_0 = _positions_from_0(name, port, pos, gold)
+    if from_0:
+        return from_0
     first = np.zeros(len(pos), np.int64) if gold.pad is None else np.maximum(gold.pad - gold.P, 0)
     for k in (1, -1, 2, -2):
         if T <= abs(k):
@@ -247,6 +251,28 @@ def _positions(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
                 f"is at position T_past + t ({how})"
             )
     return None
+
+
+def _positions_from_0(name: str, port: np.ndarray, pos: np.ndarray, gold: Golden) -> str:
+    """A decode step whose positions restart at 0: port[b, t] = wpe[t], not wpe[T_past + t].
+    The step's tensors hold only wpe[T_past + t]; a decode-step golden file also holds wpe's
+    rows 0 … T_past + T − 1 (``wpe.rows``), from which this is recomputed (an unpadded batch;
+    an older file without them gets no hint)."""
+    if not gold.P or not gold.has("wpe.rows") or (gold.pad is not None and gold.pad.any()):
+        return ""
+    rows = gold["wpe.rows"]
+    T = pos.shape[1]
+    if rows.ndim != 2 or rows.shape[0] < T or rows.shape[1] != pos.shape[2]:
+        return ""
+    variant = np.broadcast_to(rows[:T], pos.shape)
+    how = explains(port, variant, pos, None, gold.ctx)
+    if not how:
+        return ""
+    return (
+        f"port {name} at step position t holds wpe[t] (the golden's wpe.rows): the positions are "
+        f"counted from 0 on the cached step; its token t is at position T_past + t = "
+        f"{gold.P} + t, after the {gold.P} cached ones ({how})"
+    )
 
 
 def _positions_unshifted(name: str, port: np.ndarray, pos: np.ndarray, gold: Golden) -> str:
