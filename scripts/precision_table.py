@@ -73,8 +73,8 @@ CASES: dict[str, tuple[str, Optional[str]]] = {
     "scores_by_d_model": ("step", "instead of √Dh"),
     "fc_noise": ("step", None),
     "pad_unmasked": ("padded", "the padding is not masked"),
-    "attn_bias_dropped": ("step", None),
-    "mlp_bias_dropped": ("step", None),
+    "attn_bias_dropped": ("step", "c_attn's bias dropped"),
+    "mlp_bias_dropped": ("step", "mlp.c_fc's bias dropped"),
     "softmax_no_max": ("step", None),
     "positions_from_0": ("step", "counted from 0 on the cached step"),
 }

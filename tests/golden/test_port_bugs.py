@@ -148,8 +148,8 @@ EXPECTED = {
     "fc_noise": ("step", "h0.mlp.c_fc", None),
     "pad_unmasked": ("padded", "h0.attn.probs", "the padding is not masked"),
     # caught here because init_params' biases are random; zero biases hide them (test_stress)
-    "attn_bias_dropped": ("step", "h0.attn.qkv", None),
-    "mlp_bias_dropped": ("step", "h0.mlp.c_fc", None),
+    "attn_bias_dropped": ("step", "h0.attn.qkv", "c_attn's bias dropped, added twice"),
+    "mlp_bias_dropped": ("step", "h0.mlp.c_fc", "mlp.c_fc's bias dropped, added twice"),
     # issue 34 item 2: recomputed from the decode-step golden's wpe.rows
     "positions_from_0": ("step", "embed.positions", "counted from 0 on the cached step"),
 }

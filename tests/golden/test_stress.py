@@ -149,3 +149,37 @@ def test_values_within_atol_of_zero_are_not_called_a_scale(stress) -> None:
     report = gpt2np.compare(stress.golden, port, precision="float16")
     assert report.first_divergence == "embed.positions", str(report)
     assert report.hints == [], report.hints
+
+
+@pytest.mark.parametrize("precision", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize(
+    "bug,where,bias",
+    [
+        ("attn_bias_dropped", "h0.attn.qkv", "c_attn"),
+        ("mlp_bias_dropped", "h0.mlp.c_fc", "mlp.c_fc"),
+    ],
+)
+def test_a_dropped_bias_is_named_as_a_constant_per_channel(stress, bug, where, bias, precision):
+    """Was: no hint. port − golden is the same vector at every position; the golden file does
+    not hold the bias, so the hint says what that means rather than guessing which."""
+    report = stress.compare(bug, precision)
+    assert report.hints and report.hints[0].startswith(
+        f"port {where} is the golden's plus one constant per channel, the same at every position"
+    ), report.hints
+    assert f"{bias}'s bias dropped, added twice or the wrong one?" in report.hints[0]
+
+
+def test_an_error_that_varies_by_position_is_not_called_a_bias(stress) -> None:
+    """Noise on mlp.c_fc, or a constant on one position only, is no constant per channel."""
+    golden, port = stress.golden, ToyPort(stress.weights, HP.n_head).run(stress.ids, P)
+    noisy = dict(port)
+    noisy["h0.mlp.c_fc"] = port["h0.mlp.c_fc"] + np.random.default_rng(3).normal(
+        0, 0.05, port["h0.mlp.c_fc"].shape
+    ).astype(np.float32)
+    one = dict(port)
+    one["h0.mlp.c_fc"] = port["h0.mlp.c_fc"].copy()
+    one["h0.mlp.c_fc"][0, 1] += 0.3
+    for tensors in (noisy, one):
+        report = gpt2np.compare(golden, tensors)
+        assert report.first_divergence == "h0.mlp.c_fc"
+        assert not any("constant per channel" in h for h in report.hints), report.hints

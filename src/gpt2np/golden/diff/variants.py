@@ -23,6 +23,8 @@ tensor              variants tried
                     padded keys left unmasked (the rest scaled by 1 − their mass)
 ``*.attn.merged``   the heads merged without the transpose
 ``*.attn.c_proj``   its square weight transposed (fitted: needs more real positions than D)
+``*.attn.qkv`` …   one constant per channel added at every position (also ``attn.c_proj``,
+                    ``mlp.c_fc``, ``mlp.c_proj``): a bias dropped, doubled or another one
 ``*.resid_mid/out`` the residual taken from the LayerNorm's output
 ``past``            K and V swapped; keys stored × 1/√Dh; saved after the step was appended
 any, padded batch   right padding instead of left
@@ -370,6 +372,40 @@ def _attn_c_proj(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
     )
 
 
+# -- a bias ----------------------------------------------------------------------------------------
+
+#: The affine outputs, each x · W + b, and the bias they add.
+_BIASES = {"attn.qkv": "c_attn", "attn.c_proj": "attn.c_proj", "mlp.c_fc": "mlp.c_fc",
+           "mlp.c_proj": "mlp.c_proj"}  # fmt: skip
+_MIN_OFFSET_ROWS = 3  # with fewer real positions a per-channel constant fits too easily
+
+
+def _offset(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
+    """port = golden + c, one vector c for every position: the affine layer's bias dropped,
+    doubled or another one. c is fitted as the mean difference over the real positions (3 or
+    more) and named only if it explains the port (:func:`explains`)."""
+    golden = gold[name]
+    mask = gold.mask(name, golden.shape)
+    real = np.ones(golden.shape[:-1], bool) if mask is None else mask.all(-1)
+    if real.sum() < _MIN_OFFSET_ROWS:
+        return None
+    g, p = golden[real], np.asarray(port, np.float64)[real]
+    c = (p - g).mean(0)
+    how = explains(p, g + c, g, None, gold.ctx)
+    if not how:
+        return None
+    bias = _BIASES[re.sub(r"^h\d+\.", "", name)]
+    return (
+        f"port {name} is the golden's plus one constant per channel, the same at every position "
+        f"(max |c| {np.abs(c).max():.3g}): {bias}'s bias dropped, added twice or the wrong one? "
+        f"y = x · W + b ({how})"
+    )
+
+
+def _attn_c_proj_or_offset(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
+    return _attn_c_proj(name, port, gold) or _offset(name, port, gold)
+
+
 # -- the residual stream -------------------------------------------------------------------------
 
 
@@ -622,8 +658,11 @@ _CHECKS: dict[str, Callable[[str, np.ndarray, Golden], Optional[str]]] = {
     "attn.v": _heads,
     "attn.scores": _scores,
     "attn.probs": _probs,
+    "attn.qkv": _offset,
     "attn.merged": _merged,
-    "attn.c_proj": _attn_c_proj,
+    "attn.c_proj": _attn_c_proj_or_offset,
+    "mlp.c_fc": _offset,
+    "mlp.c_proj": _offset,
     "resid_mid": _residual,
     "out": _residual,
     "past": _past,
