@@ -183,3 +183,17 @@ def test_an_error_that_varies_by_position_is_not_called_a_bias(stress) -> None:
         report = gpt2np.compare(golden, tensors)
         assert report.first_divergence == "h0.mlp.c_fc"
         assert not any("constant per channel" in h for h in report.hints), report.hints
+
+
+def test_a_constant_from_upstream_is_not_called_this_layers_bias(stress) -> None:
+    """ln_1 written without its bias: ln_1 fails first, and attn.qkv = (ln_1 − b) · W + b_attn
+    is the golden's plus a constant per channel too (−b · W), but c_attn's bias is right."""
+    port = ToyPort(stress.weights, HP.n_head).run(stress.ids, P)
+    w = stress.weights
+    b, W = w["blocks.0.ln_1.b"].astype(np.float64), w["blocks.0.attn.c_attn.w"].astype(np.float64)
+    port["h0.ln_1"] = (port["h0.ln_1"] - b).astype(np.float32)
+    port["h0.attn.qkv"] = (port["h0.attn.qkv"] - b @ W).astype(np.float32)
+    report = gpt2np.compare(stress.golden, port)
+    assert report.first_divergence == "h0.ln_1"
+    assert "h0.attn.qkv" in [r.name for r in report.diverged]
+    assert not any("c_attn's bias" in h for h in report.hints), report.hints

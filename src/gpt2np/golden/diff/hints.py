@@ -45,6 +45,7 @@ def search_all(rows: list[TensorDiff], born: Optional[str], g: Source, p: Source
         batchless[0].hints = [_batch_text(batchless[0], len(batchless))]
     # right padding shifts the ids too: with the ids (or token embeddings) agreeing it is not that
     ctx.tokens_agree = any(r.name in ("ids", "embed.tokens") and r.status == "ok" for r in rows)
+    ctx.agreeing = {r.name for r in rows if r.status == "ok"}  # a variant may need its input's
     # a compared NaN or inf explains every difference after it: no variant is named from there
     # on; its hint names where it is born, unless that is in padding before it (said elsewhere:
     # CompareReport.first_nonfinite). NaN left in the padding alone stops nothing.

@@ -374,16 +374,21 @@ def _attn_c_proj(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
 
 # -- a bias ----------------------------------------------------------------------------------------
 
-#: The affine outputs, each x · W + b, and the bias they add.
-_BIASES = {"attn.qkv": "c_attn", "attn.c_proj": "attn.c_proj", "mlp.c_fc": "mlp.c_fc",
-           "mlp.c_proj": "mlp.c_proj"}  # fmt: skip
+#: The affine outputs, each x · W + b: the layer whose bias they add, and their input x.
+_BIASES = {"attn.qkv": ("c_attn", "ln_1"), "attn.c_proj": ("attn.c_proj", "attn.merged"),
+           "mlp.c_fc": ("mlp.c_fc", "ln_2"), "mlp.c_proj": ("mlp.c_proj", "mlp.gelu")}  # fmt: skip
 _MIN_OFFSET_ROWS = 3  # with fewer real positions a per-channel constant fits too easily
 
 
 def _offset(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
     """port = golden + c, one vector c for every position: the affine layer's bias dropped,
     doubled or another one. c is fitted as the mean difference over the real positions (3 or
-    more) and named only if it explains the port (:func:`explains`)."""
+    more) and named only if it explains the port (:func:`explains`), and only when the port's
+    input x agrees with the golden's (a LayerNorm's dropped bias upstream also adds a constant
+    per channel, through W: not this layer's bias)."""
+    layer, x = _BIASES[re.sub(r"^h\d+\.", "", name)]
+    if f"h{_layer(name)}.{x}" not in getattr(gold.ctx, "agreeing", ()):
+        return None
     golden = gold[name]
     mask = gold.mask(name, golden.shape)
     real = np.ones(golden.shape[:-1], bool) if mask is None else mask.all(-1)
@@ -394,11 +399,10 @@ def _offset(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
     how = explains(p, g + c, g, None, gold.ctx)
     if not how:
         return None
-    bias = _BIASES[re.sub(r"^h\d+\.", "", name)]
     return (
         f"port {name} is the golden's plus one constant per channel, the same at every position "
-        f"(max |c| {np.abs(c).max():.3g}): {bias}'s bias dropped, added twice or the wrong one? "
-        f"y = x · W + b ({how})"
+        f"(max |c| {np.abs(c).max():.3g}), its input {x} agreeing: {layer}'s bias dropped, "
+        f"added twice or the wrong one? y = x · W + b ({how})"
     )
 
 
