@@ -20,6 +20,7 @@ import pytest
 import gpt2np
 from gpt2np.golden import GoldenFile
 from gpt2np.golden.diff import PRECISIONS
+from gpt2np.golden.stress import stress_params
 from gpt2np.golden.writer import write_tensors
 from gpt2np.params import flatten
 from tests.helpers.toyport import BUGS, ToyPort
@@ -32,9 +33,13 @@ class Goldens:
     """A small model and its float64 golden files, each written on first use: a decode step of
     2 rows, the same for one row, and a left-padded plain pass."""
 
-    def __init__(self, root: pathlib.Path, hp: gpt2np.HParams, std: float, P: int, T: int):
+    def __init__(
+        self, root: pathlib.Path, hp: gpt2np.HParams, std: float, P: int, T: int, params=None
+    ):
         self.root, self.hp, self.P = root, hp, P
-        self.model = gpt2np.GPT2(hp, gpt2np.init_params(hp, seed=1, std=std))
+        if params is None:
+            params = gpt2np.init_params(hp, seed=1, std=std)
+        self.model = gpt2np.GPT2(hp, params)
         self.weights = flatten(self.model.params)
         self.ids = np.random.default_rng(0).integers(0, hp.n_vocab, (2, P + T))
         # a plain pass of more positions than n_embd: c_proj's weight can be fitted from it
@@ -450,3 +455,29 @@ def test_positions_from_0_at_low_precision(small, precision: str) -> None:
     report = gpt2np.compare(*small.run({"positions_from_0"}, precision), precision=precision)
     assert not report.ok
     assert any("counted from 0 on the cached step" in h for h in report.hints), str(report)
+
+
+@pytest.fixture(scope="module")
+def stress_124m(tmp_path_factory) -> Goldens:
+    hp = gpt2np.HParams()
+    return Goldens(tmp_path_factory.mktemp("stress124m"), hp, 0.0, 248, 8, stress_params(hp, 0))
+
+
+@pytest.mark.port124m
+def test_124m_stress_weights(stress_124m) -> None:
+    """`gpt2np stress-weights --like 124M`'s weights at 124M's shapes (a 248-token cache, an
+    8-token step): a correct port passes at every preset; a dropped c_attn bias is named at
+    h0.attn.qkv, and a float16 softmax without max-subtraction overflows to NaN at
+    h0.attn.probs, as on the tiny model of tests/golden/test_stress.py."""
+    for precision in ("float32", "float16", "bfloat16"):
+        report = gpt2np.compare(*stress_124m.run(precision=precision, case="one"),
+                                precision=precision, hint=False)  # fmt: skip
+        assert report.ok, f"{precision}\n{report}"
+    report = gpt2np.compare(*stress_124m.run({"attn_bias_dropped"}, "float16", "one"),
+                            precision="float16")  # fmt: skip
+    assert report.first_divergence == "h0.attn.qkv", str(report)
+    assert any(EXPECTED["attn_bias_dropped"][2] in h for h in report.hints), report.hints
+    report = gpt2np.compare(*stress_124m.run({"softmax_no_max"}, "float16", "one"),
+                            precision="float16")  # fmt: skip
+    assert report.first_divergence == "h0.attn.probs", str(report)
+    assert report.hints[0].startswith("NaN first appears in port h0.attn.probs")
