@@ -18,7 +18,7 @@ each of those shows:
   channels, a = √(SCORE_OFFSET · √Dh)), which adds ``SCORE_OFFSET`` = 16 to every score of the
   head (b_q·b_k/√Dh = a²/√Dh), in every layer and at any width. A constant added to a row of
   scores leaves the softmax unchanged, so the float64 and float32 forward passes stay finite
-  and well-conditioned (the attention is as diffuse as without it); but exp(16) = 8.9e6 is
+  and the attention spread out (only b_q·k adds to it, which varies by key); but exp(16) = 8.9e6 is
   beyond float16's largest value (65504, exp(11.09)): a port that takes exp(score) in float16
   without subtracting the row's maximum gets inf / inf = NaN. Trained GPT-2 has such scores too;
 - **small embeddings** (wte ~ N(0, 0.01²), wpe ~ N(0, 0.005²)): the first LayerNorm's input has
