@@ -18,7 +18,10 @@ import numpy as np
 import pytest
 
 import gpt2np
+from gpt2np.golden import GoldenFile
 from gpt2np.golden.diff import PRECISIONS
+from gpt2np.golden.stress import stress_params
+from gpt2np.golden.writer import write_tensors
 from gpt2np.params import flatten
 from tests.helpers.toyport import BUGS, ToyPort
 
@@ -30,9 +33,13 @@ class Goldens:
     """A small model and its float64 golden files, each written on first use: a decode step of
     2 rows, the same for one row, and a left-padded plain pass."""
 
-    def __init__(self, root: pathlib.Path, hp: gpt2np.HParams, std: float, P: int, T: int):
+    def __init__(
+        self, root: pathlib.Path, hp: gpt2np.HParams, std: float, P: int, T: int, params=None
+    ):
         self.root, self.hp, self.P = root, hp, P
-        self.model = gpt2np.GPT2(hp, gpt2np.init_params(hp, seed=1, std=std))
+        if params is None:
+            params = gpt2np.init_params(hp, seed=1, std=std)
+        self.model = gpt2np.GPT2(hp, params)
         self.weights = flatten(self.model.params)
         self.ids = np.random.default_rng(0).integers(0, hp.n_vocab, (2, P + T))
         # a plain pass of more positions than n_embd: c_proj's weight can be fitted from it
@@ -145,6 +152,11 @@ EXPECTED = {
     ),
     "fc_noise": ("step", "h0.mlp.c_fc", None),
     "pad_unmasked": ("padded", "h0.attn.probs", "the padding is not masked"),
+    # caught here because init_params' biases are random; zero biases hide them (test_stress)
+    "attn_bias_dropped": ("step", "h0.attn.qkv", "c_attn's bias dropped, added twice"),
+    "mlp_bias_dropped": ("step", "h0.mlp.c_fc", "mlp.c_fc's bias dropped, added twice"),
+    # issue 34 item 2: recomputed from the decode-step golden's wpe.rows
+    "positions_from_0": ("step", "embed.positions", "counted from 0 on the cached step"),
 }
 #: The bugs whose hint named a wrong cause before issue 34 (what it said), and those with none.
 MISLED = {"step_only_mask": "upper-left corner", "pad_positions_unshifted": "pads on the right",
@@ -156,7 +168,7 @@ NEW_HINTS = ["step_only_mask", "pad_positions_unshifted", "nan_in_mlp", "qkv_per
              "scores_by_d_model", "pad_unmasked"]  # fmt: skip
 
 
-@pytest.mark.parametrize("bug", list(BUGS))
+@pytest.mark.parametrize("bug", [b for b in BUGS if b in EXPECTED])
 def test_each_bug_is_reported_where_it_enters(small, bug: str) -> None:
     case, first, hint = EXPECTED[bug]
     report = gpt2np.compare(*small.run({bug}, case=case))
@@ -407,3 +419,65 @@ def test_124m_nan_misnamed_and_hints(gpt2_124m) -> None:
         if any(expected[bug][2] in h for h in report.hints):
             named.append(bug)
     assert len(named) >= 8, f"named only {named}"
+
+
+def test_positions_from_0_are_named_and_only_they(small, tmp_path) -> None:
+    """Issue 34: a cached step whose positions restart at 0 had no hint, the golden's step
+    tensors holding only wpe[T_past + t]. A decode-step golden file now holds wpe's rows
+    0 … T_past + T − 1 (wpe.rows, an input a port need not write); the hint is given only when
+    wpe[t] explains the port: not for another bug at the same tensor, not for noise, and not
+    from an older file without wpe.rows."""
+    golden, port = small.run({"positions_from_0"})
+    report = gpt2np.compare(golden, port)
+    assert report.ok is False and report.first_divergence == "embed.positions"
+    assert report.hints[0].startswith("port embed.positions at step position t holds wpe[t]")
+    assert "T_past + t = 12 + t" in report.hints[0]
+    assert "wpe.rows" not in [r.name for r in report.rows if r.required]  # not asked of ports
+    for other in ("pos_off_by_one", "embed_scaled"):
+        hints = gpt2np.compare(*small.run({other})).hints
+        assert not any("counted from 0" in h for h in hints), (other, hints)
+    golden, port = small.run()
+    noisy = dict(port, **{"embed.positions": port["embed.positions"] + 1e-3})
+    assert gpt2np.compare(golden, noisy).hints == []
+    with GoldenFile(golden) as g:  # an older golden file: no wpe.rows, no hint
+        assert g.header("wpe.rows").shape == (P + T, small.hp.n_embd)
+        older = {n: g.read(n) for n in g.names if n != "wpe.rows"}
+        manifest = dict(g.manifest)
+    manifest["tensors"] = []
+    old_file = tmp_path / "older.npz"
+    write_tensors(old_file, manifest, older)
+    report = gpt2np.compare(old_file, small.run({"positions_from_0"})[1])
+    assert report.first_divergence == "embed.positions" and report.hints == []
+
+
+@pytest.mark.parametrize("precision", ["float16", "bfloat16"])
+def test_positions_from_0_at_low_precision(small, precision: str) -> None:
+    report = gpt2np.compare(*small.run({"positions_from_0"}, precision), precision=precision)
+    assert not report.ok
+    assert any("counted from 0 on the cached step" in h for h in report.hints), str(report)
+
+
+@pytest.fixture(scope="module")
+def stress_124m(tmp_path_factory) -> Goldens:
+    hp = gpt2np.HParams()
+    return Goldens(tmp_path_factory.mktemp("stress124m"), hp, 0.0, 248, 8, stress_params(hp, 0))
+
+
+@pytest.mark.port124m
+def test_124m_stress_weights(stress_124m) -> None:
+    """`gpt2np stress-weights --like 124M`'s weights at 124M's shapes (a 248-token cache, an
+    8-token step): a correct port passes at every preset; a dropped c_attn bias is named at
+    h0.attn.qkv, and a float16 softmax without max-subtraction overflows to NaN at
+    h0.attn.probs, as on the tiny model of tests/golden/test_stress.py."""
+    for precision in ("float32", "float16", "bfloat16"):
+        report = gpt2np.compare(*stress_124m.run(precision=precision, case="one"),
+                                precision=precision, hint=False)  # fmt: skip
+        assert report.ok, f"{precision}\n{report}"
+    report = gpt2np.compare(*stress_124m.run({"attn_bias_dropped"}, "float16", "one"),
+                            precision="float16")  # fmt: skip
+    assert report.first_divergence == "h0.attn.qkv", str(report)
+    assert any(EXPECTED["attn_bias_dropped"][2] in h for h in report.hints), report.hints
+    report = gpt2np.compare(*stress_124m.run({"softmax_no_max"}, "float16", "one"),
+                            precision="float16")  # fmt: skip
+    assert report.first_divergence == "h0.attn.probs", str(report)
+    assert report.hints[0].startswith("NaN first appears in port h0.attn.probs")

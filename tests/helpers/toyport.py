@@ -56,6 +56,12 @@ BUGS = {
     "scores_by_d_model": "scores scaled by 1/√D (D = n_embd) instead of 1/√Dh",
     "fc_noise": "an unexplained error: block 0's mlp.c_fc off by small noise (no hint fits)",
     "pad_unmasked": "a left-padded batch whose padded keys are not masked",
+    # issue 34: bugs that zero biases and small scores hide (stress weights show them)
+    "attn_bias_dropped": "attention's c_attn bias dropped (q, k, v = x · W, no + b)",
+    "mlp_bias_dropped": "the MLP's c_fc bias dropped (c_fc = x · W, no + b)",
+    "softmax_no_max": "the softmax's exp taken in the storage precision without the row's max "
+    "subtracted (float16 overflows past exp(11.09))",
+    "positions_from_0": "a cached step's positions counted from 0 instead of T_past",
 }
 PRECISIONS = ("float64", "float32", "tf32", "float16", "bfloat16")
 
@@ -135,6 +141,9 @@ class ToyPort:
 
     def affine(self, x: np.ndarray, name: str) -> np.ndarray:
         y = self.matmul(x, self.w[name + ".w"])
+        dropped = {"attn.c_attn": "attn_bias_dropped", "mlp.c_fc": "mlp_bias_dropped"}
+        if dropped.get(name.split(".", 2)[-1]) in self.bugs:
+            return y
         return self.store(self.work(y) + self.work(self.w[name + ".b"]))
 
     def prefill(self, ids: np.ndarray, pad: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -181,6 +190,8 @@ class ToyPort:
         pos = past + np.arange(T)[None, :].repeat(B, 0)  # [B, T]
         if past and "pos_off_by_one" in self.bugs:
             pos = pos + 1
+        if past and "positions_from_0" in self.bugs:
+            pos = pos - past
         if self.pad is not None and "pad_positions_unshifted" not in self.bugs:
             pos = np.maximum(pos - self.pad[:, None], 0)
         tok = self.w["wte"][ids]
@@ -239,7 +250,11 @@ class ToyPort:
                     top[~np.isfinite(top)] = 0.0  # a padded query sees nothing
                 with np.errstate(invalid="ignore"):
                     e = np.exp(s - top)
-                pr = e / np.maximum(e.sum(axis, keepdims=True), 1e-30)
+                if "softmax_no_max" in self.bugs:  # exp(s) in the stored dtype: float16's max
+                    with np.errstate(over="ignore", invalid="ignore"):  # is exp(11.09)
+                        e = self.work(np.exp(self.store(s)))
+                with np.errstate(invalid="ignore"):  # inf / inf (softmax_no_max)
+                    pr = e / np.maximum(e.sum(axis, keepdims=True), 1e-30)
                 if "mask_after_softmax" in self.bugs:
                     pr = np.where(allowed, pr, 0.0)
                 pr = self.store(pr)

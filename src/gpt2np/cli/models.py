@@ -1,5 +1,5 @@
-"""``gpt2np download``, ``convert`` and ``info``: fetch a release, write HF's format, describe
-a model."""
+"""``gpt2np download``, ``convert``, ``info`` and ``stress-weights``: fetch a release, write HF's
+format, describe a model, write stress weights of a model's shapes."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ from typing import Any
 from ..support.paths import expand_user
 from .common import add_model_args, load_model, progress_of
 
-__all__ = ["add_parsers", "run_convert", "run_download", "run_info"]
+__all__ = ["add_parsers", "hparams_like", "run_convert", "run_download", "run_info", "run_stress"]
 
 
 def add_parsers(sub: Any) -> None:
     _add_download(sub)
     _add_convert(sub)
     _add_info(sub)
+    _add_stress(sub)
 
 
 def _add_download(sub: Any) -> None:
@@ -145,3 +146,84 @@ def _text_use(model: Any) -> str:
         return "no: " + " ".join(str(e).split()) + " (token ids work)"
     files = ", ".join(getattr(tokenizer, "files", ()))
     return f"yes ({files or 'GPT-2 bundled vocabulary'}; eot {model.eot_token})"
+
+
+def _add_stress(sub: Any) -> None:
+    p = sub.add_parser(
+        "stress-weights",
+        help="write random weights of a model's shapes in which every parameter matters",
+        description="Write a checkpoint with the hparams of SIZE_OR_DIR (a size name needs no "
+        "files) and stress weights (gpt2np.golden.stress): non-zero biases, LayerNorm gains != 1 "
+        "and biases != 0, attention scores past float16's exp overflow. Golden files dumped "
+        "from it catch a dropped bias or a softmax without max-subtraction, which plain random "
+        "weights hide (docs/golden-files.md).",
+    )
+    p.add_argument(
+        "--like",
+        required=True,
+        metavar="SIZE_OR_DIR",
+        help="a size name (124M, 355M, 774M, 1558M, gpt2, ...) or a model directory",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="a new or empty directory")
+    p.add_argument("--seed", type=int, default=0, help="the random seed (default 0)")
+    p.add_argument("--format", choices=["hf", "openai"], default="hf",
+                   help="hf: config.json + model.safetensors (default); openai: refused, gpt2np "
+                   "has no writer of OpenAI's TF checkpoint")  # fmt: skip
+    p.set_defaults(func=run_stress)
+
+
+def hparams_like(like: str) -> Any:
+    """The hparams of ``like``: a directory's (HF's config.json, or OpenAI's hparams.json), read
+    without loading any weights; else a published size name's (gpt2np.HPARAMS)."""
+    from ..checkpoint.convert import hparams_from_hf_config
+    from ..checkpoint.hf import read_json
+    from ..hparams import HPARAMS, HParams
+    from ..sources.openai import KNOWN_NAMES, resolve_name
+
+    path = expand_user(like, "--like")
+    if os.path.isdir(path):
+        config, openai = os.path.join(path, "config.json"), os.path.join(path, "hparams.json")
+        if os.path.isfile(config):
+            return hparams_from_hf_config(read_json(config), config)
+        if os.path.isfile(openai):
+            from ..errors import CheckpointError
+
+            data = read_json(openai)
+            try:
+                return HParams.from_dict(data)
+            except (TypeError, ValueError, AttributeError) as e:
+                raise CheckpointError(f"{openai}: {e}") from None
+        raise ValueError(f"--like {like}: the directory holds neither config.json nor hparams.json")
+    if like in KNOWN_NAMES:
+        return HPARAMS[resolve_name(like)]
+    raise ValueError(
+        f"--like {like!r} is neither a directory nor a size name ({', '.join(KNOWN_NAMES)})"
+    )
+
+
+def run_stress(args: argparse.Namespace) -> int:
+    from ..api import save
+    from ..golden.stress import stress_params
+    from ..gpt2 import GPT2
+
+    if args.format == "openai":
+        raise ValueError(
+            "--format openai: gpt2np reads OpenAI's TF checkpoint but has no writer of it, and "
+            "will not fake one; use --format hf (config.json + model.safetensors, which gpt2np "
+            "and HF transformers load)"
+        )
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    out = expand_user(args.out, "--out")
+    if os.path.lexists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        what = "is not empty" if os.path.isdir(out) else "exists and is not a directory"
+        raise ValueError(f"--out {args.out} {what}: give a new or empty directory")
+    hparams = hparams_like(args.like)
+    model = GPT2(hparams, stress_params(hparams, args.seed))
+    save(model, out)
+    print(
+        f"wrote {os.path.join(args.out, 'config.json')} and model.safetensors: stress weights "
+        f"like {args.like} (n_layer {hparams.n_layer}, n_embd {hparams.n_embd}, n_head "
+        f"{hparams.n_head}, n_vocab {hparams.n_vocab}), seed {args.seed}"
+    )
+    return 0

@@ -132,6 +132,9 @@ def _layout(model: Runtime, batch: Batch, traced: list[str]) -> dict[str, Slot]:
         layout["prefix_ids"] = (i64, (B, P), "B P")
     if batch.targets is not None:
         layout["targets"] = (i64, batch.targets.shape, "B T")
+    if P:  # wpe's rows 0 … T_past + T − 1: what compare needs to recompute a step whose
+        # positions are counted from 0, which the step's own tensors cannot show
+        layout["wpe.rows"] = (f, (P + T, h.n_embd), "S D")
     shapes, axes = tensor_shapes(h, B, T, P), tensor_axes(h.n_layer)
     layout.update((name, (f, shapes[name], axes[name])) for name in traced)
     if batch.targets is not None:
@@ -179,6 +182,8 @@ def _run(model: Runtime, batch: Batch, out: _Out, traced: list[str]) -> None:
     targets = batch.targets  # [B, T] or None
     if targets is not None:
         out.tensor("targets", targets)
+    if "wpe.rows" in out.layout:
+        out.tensor("wpe.rows", model.params["wpe"][: ids.shape[1]])
     loss: Optional[np.ndarray] = None if targets is None else np.zeros(targets.shape, np.float64)
     if not batch.padded:  # one pass over the whole batch
         past = _past(model, ids[:, : batch.T_past], out, None)

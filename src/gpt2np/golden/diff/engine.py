@@ -17,7 +17,7 @@ import numpy as np
 from ...errors import CheckpointError
 from ..reader import CHUNK, Source, open_source
 from . import hints
-from .names import OPTIONAL, Globs, globs, matches, selected, suggest_names
+from .names import OPTIONAL, REFERENCE, Globs, globs, matches, selected, suggest_names
 from .report import CompareReport, TensorDiff
 from .stats import Stats, is_probs, row_scale
 from .tolerance import tolerance
@@ -68,7 +68,8 @@ def compare(
     only_globs, may_lack = globs(only, "only"), globs(allow_missing, "allow_missing")
     with open_source(golden, "<in-memory golden>") as g, open_source(port, "<in-memory port>") as p:
         ctx = _Context(g, rtol, atol)
-        rows = [_compare_one(name, g, p, ctx) for name in selected(g.names, only_globs)]
+        names = [n for n in g.names if n not in REFERENCE or n in p.names]
+        rows = [_compare_one(name, g, p, ctx) for name in selected(names, only_globs)]
         for r in rows:
             r.required = not matches(r.name, may_lack) and (strict or r.name not in OPTIONAL)
         _growth(rows)

@@ -45,6 +45,7 @@ def search_all(rows: list[TensorDiff], born: Optional[str], g: Source, p: Source
         batchless[0].hints = [_batch_text(batchless[0], len(batchless))]
     # right padding shifts the ids too: with the ids (or token embeddings) agreeing it is not that
     ctx.tokens_agree = any(r.name in ("ids", "embed.tokens") and r.status == "ok" for r in rows)
+    ctx.agreeing = {r.name for r in rows if r.status == "ok"}  # a variant may need its input's
     # a compared NaN or inf explains every difference after it: no variant is named from there
     # on; its hint names where it is born, unless that is in padding before it (said elsewhere:
     # CompareReport.first_nonfinite). NaN left in the padding alone stops nothing.
@@ -221,7 +222,7 @@ def _equal_text(name: str, other: str, perm: tuple[int, ...], g: Source) -> str:
 
 def _scaled(name: str, port: np.ndarray, g: Source, ctx: Any) -> list[str]:
     """port ≈ c · golden for one constant c at least 5% from 1 (a missing or doubled scale, a
-    flipped sign)."""
+    flipped sign), within tolerance and far closer than the golden (variants.EXPLAINS)."""
     gh = g.header(name)
     axes = axes_of(name, g.axes(name), len(gh.shape))
     flat, gg, gp, at = port.reshape(-1).astype(np.float64), 0.0, 0.0, 0
@@ -239,13 +240,19 @@ def _scaled(name: str, port: np.ndarray, g: Source, ctx: Any) -> list[str]:
         # an error absorbed by the fit, not a scale): no scale names that
         return []
     scaled = g.chunks(name, chunk_size(gh.shape, CHUNK))
-    at = 0
+    at, mine, theirs = 0, 0.0, 0.0
     for chunk in scaled:
         mask = visible(name, axes, gh.shape, ctx.T_past, ctx.pad, at, at + chunk.size)
-        if not _close(c * chunk.astype(np.float64), flat[at : at + chunk.size], mask,
-                      ctx.rtol, ctx.atol):  # fmt: skip
+        x, y = chunk.astype(np.float64), flat[at : at + chunk.size]
+        if not _close(c * x, y, mask, ctx.rtol, ctx.atol):
             return []
+        # c·golden explains the port only if it is far closer than the golden: values all
+        # within atol of 0 (small position embeddings at float16) fit any small c
+        mine = max(mine, variants.worst_ratio(y, c * x, mask, ctx))
+        theirs = max(theirs, variants.worst_ratio(y, x, mask, ctx))
         at += chunk.size
+    if not (theirs > 0 and mine <= variants.EXPLAINS * theirs):
+        return []
     return [f"port {name} equals golden {name} × {c:.6g}" + _scale_cause(name, c, ctx)]
 
 

@@ -9,6 +9,9 @@ logits outside the forward pass (``loss``, ``loss.mean``). So a port that writes
 optional tensors are compared when the port writes them, and required with ``strict``. A port that
 produces only some tensors says so: ``only`` (globs) limits the comparison to the golden
 tensors it names, ``allow_missing`` (globs, ``"*"`` for all) lets the named ones be absent.
+Reference tensors (``wpe.rows``: the rows of wpe a decode step's hints recompute positions
+from) are neither input nor output of the pass: compared when a port writes them, otherwise
+not listed at all.
 Without that, a missing tensor fails the comparison: a port that writes ``h0_ln_1.npy`` for
 ``h0.ln_1`` must not pass because nothing was compared. An extra port file whose name is close
 to a missing golden name (the same letters and digits, or a near spelling) is suggested as it.
@@ -22,12 +25,15 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Optional, Union
 
-__all__ = ["DERIVED", "INPUTS", "OPTIONAL", "globs", "selected", "suggest_names"]
+__all__ = ["DERIVED", "INPUTS", "OPTIONAL", "REFERENCE", "globs", "selected", "suggest_names"]
 
 #: Golden tensors that are inputs of the traced pass: a port need not write them.
 INPUTS = ("ids", "prefix_ids", "targets", "past")
 #: Golden tensors computed from the logits after the forward pass (not traced): optional too.
 DERIVED = ("loss", "loss.mean")
+#: Golden tensors that only the hints read (a decode step's wpe rows 0 … T_past + T − 1):
+#: compared when the port writes them, else skipped without a word, strict or not.
+REFERENCE = ("wpe.rows",)
 #: What a port need not write unless the comparison is strict.
 OPTIONAL = INPUTS + DERIVED
 Globs = Union[str, Iterable[str], None]

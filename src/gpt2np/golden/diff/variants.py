@@ -13,7 +13,8 @@ tensor              variants tried
                     ε added to σ instead of σ². The gain and bias are not in the file: they are
                     fitted per channel from the golden's input and output (2 or more positions)
 ``*.mlp.gelu``      the exact (erf) form; x·σ(1.702x)
-``embed.*``         positions shifted by ±1, ±2 along the step; not shifted by left padding
+``embed.*``         positions shifted by ±1, ±2 along the step; counted from 0 on a decode
+                    step (from the golden's ``wpe.rows``); not shifted by left padding
 ``*.attn.q/k/v``    q, k, v split per head ([H, 3, Dh]); heads laid out [Dh, H]
 ``*.attn.scores``   the cache's K and V swapped; the past placed after the step's keys
 ``*.attn.probs``    a token that cannot see itself; no causal mask on the step; the mask's
@@ -22,6 +23,8 @@ tensor              variants tried
                     padded keys left unmasked (the rest scaled by 1 − their mass)
 ``*.attn.merged``   the heads merged without the transpose
 ``*.attn.c_proj``   its square weight transposed (fitted: needs more real positions than D)
+``*.attn.qkv`` …   one constant per channel added at every position (also ``attn.c_proj``,
+                    ``mlp.c_fc``, ``mlp.c_proj``): a bias dropped, doubled or another one
 ``*.resid_mid/out`` the residual taken from the LayerNorm's output
 ``past``            K and V swapped; keys stored × 1/√Dh; saved after the step was appended
 any, padded batch   right padding instead of left
@@ -229,6 +232,9 @@ def _positions(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
         unshifted = _positions_unshifted(name, port, pos, gold)
         if unshifted:
             return unshifted
+    from_0 = _positions_from_0(name, port, pos, gold)
+    if from_0:
+        return from_0
     first = np.zeros(len(pos), np.int64) if gold.pad is None else np.maximum(gold.pad - gold.P, 0)
     for k in (1, -1, 2, -2):
         if T <= abs(k):
@@ -247,6 +253,28 @@ def _positions(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
                 f"is at position T_past + t ({how})"
             )
     return None
+
+
+def _positions_from_0(name: str, port: np.ndarray, pos: np.ndarray, gold: Golden) -> str:
+    """A decode step whose positions restart at 0: port[b, t] = wpe[t], not wpe[T_past + t].
+    The step's tensors hold only wpe[T_past + t]; a decode-step golden file also holds wpe's
+    rows 0 … T_past + T − 1 (``wpe.rows``), from which this is recomputed (an unpadded batch;
+    an older file without them gets no hint)."""
+    if not gold.P or not gold.has("wpe.rows") or (gold.pad is not None and gold.pad.any()):
+        return ""
+    rows = gold["wpe.rows"]
+    T = pos.shape[1]
+    if rows.ndim != 2 or rows.shape[0] < T or rows.shape[1] != pos.shape[2]:
+        return ""
+    variant = np.broadcast_to(rows[:T], pos.shape)
+    how = explains(port, variant, pos, None, gold.ctx)
+    if not how:
+        return ""
+    return (
+        f"port {name} at step position t holds wpe[t] (the golden's wpe.rows): the positions are "
+        f"counted from 0 on the cached step; its token t is at position T_past + t = "
+        f"{gold.P} + t, after the {gold.P} cached ones ({how})"
+    )
 
 
 def _positions_unshifted(name: str, port: np.ndarray, pos: np.ndarray, gold: Golden) -> str:
@@ -342,6 +370,44 @@ def _attn_c_proj(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
         "y = x · W + b with W as stored ([D_in, D_out], a Conv1D), not x · Wᵀ; the weight is "
         f"square, so the shapes cannot tell ({how})"
     )
+
+
+# -- a bias ----------------------------------------------------------------------------------------
+
+#: The affine outputs, each x · W + b: the layer whose bias they add, and their input x.
+_BIASES = {"attn.qkv": ("c_attn", "ln_1"), "attn.c_proj": ("attn.c_proj", "attn.merged"),
+           "mlp.c_fc": ("mlp.c_fc", "ln_2"), "mlp.c_proj": ("mlp.c_proj", "mlp.gelu")}  # fmt: skip
+_MIN_OFFSET_ROWS = 3  # with fewer real positions a per-channel constant fits too easily
+
+
+def _offset(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
+    """port = golden + c, one vector c for every position: the affine layer's bias dropped,
+    doubled or another one. c is fitted as the mean difference over the real positions (3 or
+    more) and named only if it explains the port (:func:`explains`), and only when the port's
+    input x agrees with the golden's (a LayerNorm's dropped bias upstream also adds a constant
+    per channel, through W: not this layer's bias)."""
+    layer, x = _BIASES[re.sub(r"^h\d+\.", "", name)]
+    if f"h{_layer(name)}.{x}" not in getattr(gold.ctx, "agreeing", ()):
+        return None
+    golden = gold[name]
+    mask = gold.mask(name, golden.shape)
+    real = np.ones(golden.shape[:-1], bool) if mask is None else mask.all(-1)
+    if real.sum() < _MIN_OFFSET_ROWS:
+        return None
+    g, p = golden[real], np.asarray(port, np.float64)[real]
+    c = (p - g).mean(0)
+    how = explains(p, g + c, g, None, gold.ctx)
+    if not how:
+        return None
+    return (
+        f"port {name} is the golden's plus one constant per channel, the same at every position "
+        f"(max |c| {np.abs(c).max():.3g}), its input {x} agreeing: {layer}'s bias dropped, "
+        f"added twice or the wrong one? y = x · W + b ({how})"
+    )
+
+
+def _attn_c_proj_or_offset(name: str, port: np.ndarray, gold: Golden) -> Optional[str]:
+    return _attn_c_proj(name, port, gold) or _offset(name, port, gold)
 
 
 # -- the residual stream -------------------------------------------------------------------------
@@ -596,8 +662,11 @@ _CHECKS: dict[str, Callable[[str, np.ndarray, Golden], Optional[str]]] = {
     "attn.v": _heads,
     "attn.scores": _scores,
     "attn.probs": _probs,
+    "attn.qkv": _offset,
     "attn.merged": _merged,
-    "attn.c_proj": _attn_c_proj,
+    "attn.c_proj": _attn_c_proj_or_offset,
+    "mlp.c_fc": _offset,
+    "mlp.c_proj": _offset,
     "resid_mid": _residual,
     "out": _residual,
     "past": _past,

@@ -28,6 +28,7 @@ _EXTRA_AXES = {
     "targets": "B T",
     "prefix_ids": "B P",
     "past": "B L 2 H P Dh",
+    "wpe.rows": "S D",
     "loss": "B T",
     "loss.mean": "",
 }
