@@ -51,7 +51,7 @@ SAMPLER_SETTINGS: dict[str, tuple[Setting, tuple[str, ...]]] = {
                             frequency_penalty=0.2), SUITES),
     "top-k": (Setting(top_k=40), SUITES),
     "plain": (Setting(), ("full",)),
-    "top-p": (Setting(temperature=0.9, top_p=0.9), ("full",)),
+    "top-p": (Setting(temperature=0.7, top_p=0.9), ("full",)),
     "min-p": (Setting(min_p=0.05), ("full",)),
     "repetition-penalty": (Setting(repetition_penalty=1.3), ("full",)),
     "presence-frequency": (Setting(presence_penalty=0.5, frequency_penalty=0.2), ("full",)),
