@@ -111,7 +111,7 @@ PLANTED = {
     "heads_dh_h": ("forward", "h0.attn.q", "heads laid out [Dh, H]"),
     "merge_no_transpose": ("forward", "h0.attn.merged", "heads merged without the transpose"),
     "c_proj_transposed": ("forward", "h0.attn.c_proj", "through c_proj's weight transposed"),
-    "softmax_wrong_axis": ("forward", "h0.attn.probs", "a softmax over the wrong axis, the queries"),
+    "softmax_wrong_axis": ("forward", "h0.attn.probs", "a softmax over the wrong axis"),
     "mask_after_softmax": ("decode-step", "h0.attn.probs", "the mask applied after the softmax"),
     "resid_from_ln_1": ("forward", "h0.resid_mid", "the residual taken from ln_1's output"),
     "embed_scaled": ("forward", "embed.tokens",
@@ -172,7 +172,7 @@ def test_a_broken_port_is_a_row_not_a_traceback(capsys, model_dir, bug, result, 
 def test_a_hung_port_is_killed_at_the_limit_and_reported(capsys, model_dir) -> None:
     """The port sleeps forever: whatever the machine's speed, the row says it timed out (the
     limit is a safety net, and the outcome does not depend on how long anything takes)."""
-    code, out, err = check_port(capsys, model_dir, "--case", "forward", "--timeout", "1",
+    code, out, _ = check_port(capsys, model_dir, "--case", "forward", "--timeout", "1",
                                 command=[*TOYPORT, "--bug", "hang"])  # fmt: skip
     assert code == 1
     assert "timed out after 1 s (the --timeout limit): killed" in row_of(out, "forward")

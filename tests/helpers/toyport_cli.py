@@ -148,7 +148,11 @@ def tokenizer(case: dict, out: pathlib.Path, bugs: set[str]) -> None:
             errors = "ignore" if "tok_decode_ignore" in bugs else "replace"
             return {"bytes": data.hex(), "text": data.decode("utf-8", errors)}
         special = c["allowed_special"]
-        parts = regex.split("(" + "|".join(map(regex.escape, special)) + ")", c["text"]) if special else [c["text"]]
+        parts = (
+            regex.split("(" + "|".join(map(regex.escape, special)) + ")", c["text"])
+            if special
+            else [c["text"]]
+        )
         pieces = []
         for part in parts:
             if part in special:

@@ -139,7 +139,7 @@ def check_port(
     allow_missing: Optional[Sequence[str]] = None,
     model_name: Optional[str] = None,
     cases: Optional[Sequence[str]] = None,
-    progress: Optional[Callable[[str], None]] = None,
+    progress: Optional[Callable[[str], Any]] = None,
 ) -> CheckReport:
     """Run the port's ``command`` over every case of ``suite`` and compare its outputs.
 
@@ -338,7 +338,9 @@ def _forward(case: Case, report: Any) -> CaseResult:
         return CaseResult(case.name, case.kind, FAIL, text, hint, report=d)
     missing = report.missing_required
     if missing:
-        names = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        names = ", ".join(missing[:3]) + (
+            f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        )
         return CaseResult(case.name, case.kind, FAIL, f"missing in port: {names}",
                           hint or "write every traced tensor, or pass --allow-missing GLOB",
                           report=d)  # fmt: skip
