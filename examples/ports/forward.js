@@ -6,7 +6,7 @@ const fs = require("fs");
 const path = require("path");
 
 function readSafetensors(file) {  // an 8-byte length, a JSON header, raw little-endian data
-  const buf = fs.readFileSync(file);
+  const buf = fs.readFileSync(file);  // whole: up to 2 GiB, 355M in float32 (read larger by parts)
   const n = Number(buf.readBigUInt64LE(0));
   const header = JSON.parse(buf.toString("utf8", 8, 8 + n));
   const weights = {};

@@ -154,6 +154,7 @@ def test_each_planted_bug_fails_its_case_with_its_cause(capsys, model_dir, bug: 
     "bug,result,says",
     [
         ("crash", "port error", ["exit status 3", "stderr: toyport: something went wrong"]),
+        ("killed", "port error", ["killed by SIGKILL"]),
         ("write_nothing", "port error", ["exit status 0 but wrote nothing", "NAME.npy files"]),
         ("wrong_shape", "FAIL", ["logits (SHAPE:", "[2,39,256]"]),
         ("corrupt_npy", "port error", ["unreadable output", "cannot read tensor logits"]),

@@ -6,14 +6,16 @@ bugs to plant (docs/golden-files.md, "Checking a port"):
 Forward cases run through :class:`tests.helpers.toyport.ToyPort` (its bug classes by name);
 tokenizer and sampler cases through a small tokenizer and sampler of this module (a correct
 one, unless a tokenizer or sampler bug below is planted). The protocol's failure modes are bugs
-too: ``crash``, ``write_nothing``, ``wrong_shape``, ``corrupt_npy``, ``hang``.
+too: ``crash``, ``killed``, ``write_nothing``, ``wrong_shape``, ``corrupt_npy``, ``hang``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
+import signal
 import struct
 import sys
 import time
@@ -38,6 +40,7 @@ SAMPLER_BUGS = {
 }
 PROTOCOL_BUGS = {
     "crash": "exits with status 3 and a message on stderr",
+    "killed": "killed by a signal (SIGKILL: no core file), as a segfault would be",
     "write_nothing": "exits 0 and writes nothing",
     "wrong_shape": "writes logits with the last position cut off",
     "corrupt_npy": "writes a logits.npy that is not an .npy file",
@@ -228,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     if "crash" in bugs:
         sys.stderr.write("toyport: something went wrong\nTraceback: planted crash\n")
         return 3
+    if "killed" in bugs:
+        os.kill(os.getpid(), signal.SIGKILL)
     if "hang" in bugs:
         while True:
             time.sleep(3600)

@@ -489,6 +489,9 @@ def run_check_port(args: argparse.Namespace) -> int:
             shutil.rmtree(work, ignore_errors=True)
     if args.keep is not None:
         report.work_dir = str(work.resolve())
+    else:  # removed: name no directory that is gone
+        for result in report.results:
+            result.case_dir = ""
     if args.json:
         sys.stdout.write(report.to_json() + "\n")
     else:

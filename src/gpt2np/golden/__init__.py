@@ -12,7 +12,9 @@ Modules: ``manifest`` (its keys, the weights' hash), ``npy`` (the .npy header), 
 ``reader`` (:class:`GoldenFile`), ``diff/`` (the comparison). The tokenizer's and the sampler's
 goldens: ``tokens`` (:func:`dump_tokenizer`) and ``tokens_diff`` (:func:`compare_tokenizer`),
 ``sampler`` (:func:`dump_sampler`) and ``sampler_diff`` (:func:`compare_sampler`); ``kinds``
-tells the three kinds of file apart.
+tells the three kinds of file apart. ``check/``: ``gpt2np check-port``, which runs a port's
+program over a versioned suite of all three kinds (``check.suite``) through a file protocol
+(``check.runner``).
 """
 
 from __future__ import annotations

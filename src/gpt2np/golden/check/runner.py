@@ -91,7 +91,7 @@ class CheckReport:
         lines = [
             f"check-port: suite {self.suite} v{self.suite_version}, precision {self.precision}, "
             f"model {self.model}",
-            f"port: {' '.join(self.command)}",
+            f"port: {' '.join(self.command)} CASE_DIR",
             "",
         ]
         for row in [head, *rows]:
