@@ -226,6 +226,8 @@ def _add_check_port(subparsers: Any) -> None:
 
     c = subparsers.add_parser(
         "check-port",
+        usage="gpt2np check-port [--model M] [--suite quick|full] [--precision P] [--case NAME] "
+        "[--json] [--keep DIR] [--timeout SECONDS] [--allow-missing GLOB] -- COMMAND [ARG ...]",
         help="run a port's program over a suite of golden cases and compare what it writes",
         description="For each case of a versioned suite (a plain forward pass, a decode step, a "
         "long cache, a left-padded batch, the tokenizer corpus, sampler settings) write the "
