@@ -235,3 +235,17 @@ def test_an_unknown_case_or_suite_is_an_error(capsys, model_dir) -> None:
     with pytest.raises(SystemExit) as e:
         check_port(capsys, model_dir, "--suite", "huge")
     assert e.value.code == 2
+
+
+def test_the_suite_is_sized_by_the_model_and_the_same_every_time() -> None:
+    from gpt2np.golden.check import suite_cases
+
+    full = suite_cases("full", 256, 64)
+    assert full == suite_cases("full", 256, 64)  # the ids come from the version and the name
+    long = next(c for c in full if c.name == "long-cache")
+    assert (len(long.rows[0]), long.prefix) == (64, 56)  # up to n_ctx in the full suite
+    quick = next(c for c in suite_cases("quick", 256, 64) if c.name == "long-cache")
+    assert (len(quick.rows[0]), quick.prefix) == (32, 28)
+    assert all(0 <= i < 256 for c in full if c.rows for row in c.rows for i in row)
+    with pytest.raises(ValueError, match="n_ctx >= 16"):
+        suite_cases("quick", 256, 8)
