@@ -10,6 +10,7 @@ traceback of gpt2np. Tiny random model (D = 64, H = 4, as tests/golden/test_port
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
 import sys
@@ -37,7 +38,7 @@ def model_dir(tmp_path_factory) -> pathlib.Path:
 @pytest.fixture(autouse=True)
 def importable(monkeypatch) -> None:
     """The toy port's subprocess imports tests.helpers and this worktree's gpt2np."""
-    monkeypatch.setenv("PYTHONPATH", f"{ROOT / 'src'}:{ROOT}")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
     monkeypatch.chdir(ROOT)
 
 
