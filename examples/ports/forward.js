@@ -133,6 +133,13 @@ function run(spec) {
     const cache = Array.from({ length: hp.n_layer }, () => ({
       k: Array.from({ length: H }, () => []), v: Array.from({ length: H }, () => []) }));
     if (nPrefix) step(w, hp, cache, row.slice(0, nPrefix), () => {});
+    if (P) {  // the cache after the prefix: past [B, L, 2, H, T_past, Dh], real key s at pad + s
+      const Dh = hp.n_embd / H, L = hp.n_layer;
+      out.past ??= { shape: [B, L, 2, H, P, Dh], data: new Float32Array(B * L * 2 * H * P * Dh) };
+      for (let l = 0; l < L; l++) for (let kv = 0; kv < 2; kv++) for (let h = 0; h < H; h++)
+        for (let s = 0; s < nPrefix; s++)
+          out.past.data.set(cache[l][kv ? "v" : "k"][h][s], ((((b * L + l) * 2 + kv) * H + h) * P + pad + s) * Dh);
+    }
     step(w, hp, cache, row.slice(nPrefix), (name, t, values, h, keys) => {
       const width = keys ? S : values.length, heads = h === undefined ? 1 : H;
       const shape = h === undefined ? [B, T, width] : [B, H, T, width];
