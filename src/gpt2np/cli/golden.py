@@ -1,5 +1,5 @@
-"""The ``gpt2np dump``, ``compare``, ``dump-tokenizer`` and ``dump-sampler`` subcommands (golden
-files for ports).
+"""The ``gpt2np dump``, ``compare``, ``dump-tokenizer``, ``dump-sampler`` and ``check-port``
+subcommands (golden files for ports, and the conformance runner that drives a port over them).
 
 ``gpt2np.cli.app`` calls :func:`add_parsers`; each subcommand's handler takes the parsed
 arguments and returns the exit code. User mistakes raise ValueError / CheckpointError, which the
@@ -16,6 +16,9 @@ main CLI prints as one line.
                         [--repetition-penalty R] [--presence-penalty A] [--frequency-penalty A]
                         [--steps N] [--vocab V] [--seed S] [--logits FILE.npy]
     gpt2np dump-sampler --suite --out DIR [--steps N] [--vocab V] [--seed S]
+    gpt2np check-port [--model 124M] [--suite quick|full] [--precision P] [--json] [--keep DIR]
+                      [--case NAME ...] [--timeout SECONDS] [--allow-missing GLOB ...]
+                      -- COMMAND [ARG ...]
 
 ``compare`` tells the kinds of golden file apart (:mod:`gpt2np.golden.kinds`): a forward
 pass's, a tokenizer's, a sampler's, and a sampler suite's directory.
@@ -45,6 +48,7 @@ SAMPLER_OPTIONS = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0,
 __all__ = [
     "add_parsers",
     "parse_rows",
+    "run_check_port",
     "run_compare",
     "run_dump",
     "run_dump_sampler",
@@ -59,6 +63,7 @@ def add_parsers(subparsers: Any) -> None:
     _add_compare(subparsers)
     _add_dump_tokenizer(subparsers)
     _add_dump_sampler(subparsers)
+    _add_check_port(subparsers)
 
 
 def _add_dump(subparsers: Any) -> None:
@@ -241,6 +246,72 @@ def _add_dump_sampler(subparsers: Any) -> None:
         add_option_flag(d, name)
     d.set_defaults(**SAMPLER_OPTIONS)
     d.set_defaults(func=run_dump_sampler)
+
+
+def _add_check_port(subparsers: Any) -> None:
+    from ..golden.check import SUITES
+
+    c = subparsers.add_parser(
+        "check-port",
+        usage="gpt2np check-port [--model M] [--suite quick|full] [--precision P] [--case NAME] "
+        "[--json] [--keep DIR] [--timeout SECONDS] [--allow-missing GLOB] -- COMMAND [ARG ...]",
+        help="run a port's program over a suite of golden cases and compare what it writes",
+        description="For each case of a versioned suite (a plain forward pass, a decode step, a "
+        "long cache, a left-padded batch, the tokenizer corpus, sampler settings) write the "
+        "golden file and a case.json into a case directory, run 'COMMAND ARG... CASE_DIR', and "
+        "compare what the port wrote into CASE_DIR/port/ with the golden. Prints one table "
+        "(case, result, first divergence, hint); exit 0 if every case passes, 1 if any fails, "
+        "2 on a usage error. Protocol: docs/golden-files.md, 'Checking a port'.",
+    )
+    c.add_argument(
+        "--model",
+        default="124M",
+        help="published name, a model directory or a Hub repo id (default: 124M); the port is "
+        "given its weights as HF config.json + model.safetensors (float32)",
+    )
+    c.add_argument("--revision", help="the Hub repo's branch, tag or commit (default main)")
+    c.add_argument("--suite", choices=SUITES, default="quick", help="the cases (default quick)")
+    c.add_argument(
+        "--precision",
+        choices=list(PRECISIONS),
+        default="float32",
+        help="the port's precision, which sets compare's tolerances (default float32)",
+    )
+    c.add_argument(
+        "--case",
+        action="append",
+        metavar="NAME",
+        help="run only this case of the suite (repeatable), e.g. decode-step",
+    )
+    c.add_argument("--json", action="store_true", help="print the table as JSON")
+    c.add_argument(
+        "--keep",
+        metavar="DIR",
+        help="write the case directories into DIR (new or empty) and keep them "
+        "(default: a temporary directory, removed afterwards)",
+    )
+    c.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="kill a port still running after this long on one case, a safety net for a hung "
+        "port (default 600; 0: no limit)",
+    )
+    c.add_argument(
+        "--allow-missing",
+        action="append",
+        metavar="GLOB",
+        help="golden tensors matching this glob may be absent from a forward case's outputs, "
+        "e.g. 'h*.attn.scores' (repeatable)",
+    )
+    c.add_argument(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND [ARG ...]",
+        help="the port's program; it is run as COMMAND ARG... CASE_DIR",
+    )
+    c.set_defaults(func=run_check_port)
 
 
 def parse_rows(text: str, what: str) -> list[list[int]]:
@@ -434,4 +505,58 @@ def _compare_other(kind: str, args: argparse.Namespace) -> int:
         sys.stdout.write(report.to_json() + "\n")
     else:
         print(report.format("failures" if args.only_failures or args.all else "default"))
+    return 0 if report.ok else 1
+
+
+def run_check_port(args: argparse.Namespace) -> int:
+    """Run the suite; print the table (or JSON); 0 if every case passes, 1 if not, 2 when the
+    command is missing or cannot be found."""
+    import shutil
+    import tempfile
+
+    from ..api import save
+    from ..golden.check import check_port
+
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    usage = None
+    if not command:
+        usage = "check-port: give the port's command after --, e.g. -- node port.js"
+    elif shutil.which(command[0]) is None:
+        usage = f"check-port: the port's command {command[0]!r} is not found or not executable"
+    elif args.timeout < 0:
+        usage = f"check-port: --timeout must be >= 0, got {args.timeout:g}"
+    if usage is not None:
+        sys.stderr.write(f"gpt2np: error: {usage} (see 'gpt2np check-port --help')\n")
+        return 2
+    if args.keep is not None:
+        work = pathlib.Path(args.keep)
+        if work.exists() and (not work.is_dir() or any(work.iterdir())):
+            raise ValueError(f"--keep {args.keep}: not an empty directory")
+        work.mkdir(parents=True, exist_ok=True)
+    else:
+        work = pathlib.Path(tempfile.mkdtemp(prefix="gpt2np-check-port-"))
+    quiet = getattr(args, "quiet", False)
+    try:
+        model = load_model(args.model, "float32", args.revision, progress=progress_of(args))
+        save(model, work / "model")  # the one format the port reads
+        report = check_port(
+            command, model, work / "model", work, suite=args.suite, precision=args.precision,
+            timeout=args.timeout or None, allow_missing=args.allow_missing,
+            model_name=args.model, cases=args.case,
+            progress=None if quiet else (lambda line: sys.stderr.write(f"gpt2np: {line}\n")),
+        )  # fmt: skip
+    finally:
+        if args.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.keep is not None:
+        report.work_dir = str(work.resolve())
+    else:  # removed: name no directory that is gone
+        for result in report.results:
+            result.case_dir = ""
+    if args.json:
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        print(report.format())
     return 0 if report.ok else 1

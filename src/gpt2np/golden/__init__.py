@@ -13,7 +13,8 @@ Modules: ``manifest`` (its keys, the weights' hash), ``npy`` (the .npy header), 
 goldens: ``tokens`` (:func:`dump_tokenizer`) and ``tokens_diff`` (:func:`compare_tokenizer`),
 ``sampler`` (:func:`dump_sampler`, and :data:`SUITE` of settings, :func:`dump_sampler_suite`)
 and ``sampler_diff`` (:func:`compare_sampler`, :func:`compare_sampler_suite`); ``kinds`` tells
-the kinds of file apart.
+the kinds of file apart. ``check/``: ``gpt2np check-port``, which runs a port's program over a
+versioned suite of all three kinds (``check.suite``) through a file protocol (``check.runner``).
 """
 
 from __future__ import annotations
