@@ -386,14 +386,9 @@ def bpe_many(
         tail = len(piece) - int(done.sum()) <= tail_pieces
         if done.any() or tail:
             leave = done | tail  # [S]: the segments that leave the arrays now
-            flat = sym[leave[seg]].tolist()
-            first = 0
-            for j, n, merged in zip(
-                piece[leave].tolist(), seg_len[leave].tolist(), done[leave].tolist()
-            ):
-                ids = flat[first : first + n]
+            flat, lens = sym[leave[seg]].tolist(), seg_len[leave].tolist()
+            for j, ids, merged in zip(piece[leave].tolist(), _cut(flat, lens), done[leave]):
                 out[j] = ids if merged else bpe_fast(ids, table)
-                first += n
             if tail:
                 return out
             live = ~done
@@ -402,13 +397,7 @@ def bpe_many(
             seg_len, piece, least = seg_len[live], piece[live], least[live]
             ends = np.cumsum(seg_len)
             seg = np.repeat(np.arange(len(piece), dtype=np.int32), seg_len)
-        at = np.flatnonzero(rank == least[seg])  # where the merges are
-        if len(at) > 1:
-            follows = at[1:] == at[:-1] + 1  # only a pair (a, a) in a run of a's follows itself
-            if follows.any():
-                i = np.arange(len(at))
-                run_start = np.maximum.accumulate(np.where(np.r_[False, follows], 0, i))
-                at = at[(i - run_start) % 2 == 0]
+        at = _merge_places(np.flatnonzero(rank == least[seg]))
         sym[at] = arrays.merged[rank[at]]
         stay = np.ones(len(sym), bool)
         stay[at + 1] = False  # the right symbol of each merged pair goes
@@ -421,6 +410,29 @@ def bpe_many(
         rank[touched[~inside]] = NO_RANK
         touched = touched[inside]
         rank[touched] = arrays.rank(sym[touched], sym[touched + 1])
+
+
+def _cut(flat: list[int], lengths: list[int]) -> Iterator[list[int]]:
+    """``flat`` cut into consecutive lists of ``lengths``."""
+    first = 0
+    for n in lengths:
+        yield flat[first : first + n]
+        first += n
+
+
+def _merge_places(at: np.ndarray) -> np.ndarray:
+    """Of the ascending places ``at`` where each piece's lowest-ranked pair starts, those that
+    merge: all, but in a run of one symbol (a, a at i, i + 1, …) every other one from the left,
+    as :func:`merge_pair` does (only a pair (a, a) can start right after itself)."""
+    if len(at) < 2:
+        return at
+    follows = at[1:] == at[:-1] + 1
+    if not follows.any():
+        return at
+    i = np.arange(len(at))
+    run_start = np.maximum.accumulate(np.where(np.r_[False, follows], 0, i))
+    merging: np.ndarray = at[(i - run_start) % 2 == 0]
+    return merging
 
 
 def _first_pairs(sym: np.ndarray, arrays: PairArrays, index: type) -> dict[int, list[np.ndarray]]:
