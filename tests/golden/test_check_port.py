@@ -19,6 +19,8 @@ import pytest
 
 import gpt2np
 from gpt2np.cli.app import main
+from gpt2np.golden.check.suite import QUICK_SAMPLER, suite_cases
+from gpt2np.golden.sampler import SUITE as SAMPLER_SUITE
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 PAGE = ROOT / "docs" / "golden-files.md"
@@ -70,9 +72,7 @@ def test_the_example_js_port_passes_the_full_suite(capsys, model_dir) -> None:
     assert code == 0 and report["ok"], out + err
     assert [c["case"] for c in report["cases"]] == [
         "forward", "decode-step", "long-cache", "padded", "padded-step", "tokenizer",
-        "sampler-greedy", "sampler-all-filters", "sampler-top-k", "sampler-plain",
-        "sampler-top-p", "sampler-min-p", "sampler-repetition-penalty",
-        "sampler-presence-frequency",
+        *(f"sampler-{entry.name}" for entry in SAMPLER_SUITE),
     ]  # fmt: skip
     assert report["suite"] == "full" and report["suite_version"] == 1
     for case in report["cases"]:
@@ -94,9 +94,9 @@ def test_the_example_ports_tokenizer_and_sampler_are_the_pages_blocks() -> None:
 def test_the_correct_toy_port_passes_the_quick_suite(capsys, model_dir) -> None:
     code, out, err = check_port(capsys, model_dir)
     assert code == 0, out + err
-    assert out.splitlines()[-1] == "OK: all 8 cases pass"
+    assert out.splitlines()[-1] == "OK: all 11 cases pass"
     for case in ("forward", "decode-step", "long-cache", "padded", "tokenizer",
-                 "sampler-greedy", "sampler-all-filters", "sampler-top-k"):  # fmt: skip
+                 *(f"sampler-{name}" for name in QUICK_SAMPLER)):  # fmt: skip
         assert row_of(out, case).split()[1] == "pass"
 
 
@@ -127,17 +127,24 @@ PLANTED = {
     "tok_decode_ignore": ("tokenizer", "(invalid UTF-8: lone bytes), decode",
                           "bytes that are not valid UTF-8 become U+FFFD"),
     # planted in tests/helpers/toyport_cli.py's sampler
-    "sampler_top_p_inclusive": ("sampler-all-filters", "step ",
+    "sampler_top_p_inclusive": ("sampler-top-k-tie-top-p", "step 0",
                                 "top-p with an inclusive cumulative sum"),
     "sampler_top_k_no_ties": ("sampler-top-k", "step 0, top_k", "top-k without the ties"),
-    "sampler_temperature_last": ("sampler-all-filters", "step 0",
+    "sampler_temperature_last": ("sampler-hf-order", "step 0",
                                  "temperature applied after the filters"),
+    # tests/helpers/sampler_port.py's five, which the single all-filters golden let pass
+    "suite_repetition_divides": ("sampler-repetition", "step 0", "repetition penalty"),
+    "suite_penalties_count_prompt": ("sampler-repeats", "step 4", "presence"),
+    "suite_frequency_once": ("sampler-repeats", "step 4", "frequency"),
+    "suite_top_k_no_ties": ("sampler-top-k", "step 0", "top-k without the ties"),
+    "suite_top_k_after_top_p": ("sampler-top-k-tie-top-p", "step 0", "top-k applied after top-p"),
 }  # fmt: skip
 
 
 @pytest.mark.parametrize("bug", list(PLANTED))
 def test_each_planted_bug_fails_its_case_with_its_cause(capsys, model_dir, bug: str) -> None:
     case, first, hint = PLANTED[bug]
+    assert case in {c.name for c in suite_cases("quick", 256, 64)}  # the quick suite catches it
     code, out, err = check_port(capsys, model_dir, "--case", case,
                                 command=[*TOYPORT, "--bug", bug])  # fmt: skip
     assert code == 1, out + err

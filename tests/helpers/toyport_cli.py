@@ -24,6 +24,8 @@ import numpy as np
 import regex
 
 from gpt2np.golden.sampler import choose, distribution, min_p, penalize, top_k, top_p
+from tests.helpers.sampler_port import BUGS as SUITE_BUGS
+from tests.helpers.sampler_port import SamplerPort
 from tests.helpers.toyport import BUGS as FORWARD_BUGS
 from tests.helpers.toyport import ToyPort
 
@@ -37,6 +39,8 @@ SAMPLER_BUGS = {
     "sampler_top_p_inclusive": "top-p with an inclusive cumulative sum (drops the crossing id)",
     "sampler_top_k_no_ties": "top-k keeps exactly k ids, dropping ties at the k-th largest",
     "sampler_temperature_last": "the temperature applied after the filters",
+    # the five the single all-filters golden let pass: tests/helpers/sampler_port.py's port
+    **{f"suite_{bug}": f"tests/helpers/sampler_port.py's {bug}" for bug in SUITE_BUGS},
 }
 PROTOCOL_BUGS = {
     "crash": "exits with status 3 and a message on stderr",
@@ -192,6 +196,10 @@ def _top_k_no_ties(z: np.ndarray, k: int) -> np.ndarray:
 def sampler(case: dict, out: pathlib.Path, bugs: set[str]) -> None:
     from gpt2np.golden.sampler import Setting
 
+    suite_bugs = tuple(b for b in SUITE_BUGS if f"suite_{b}" in bugs)
+    if suite_bugs:  # the port written the way a port author writes one, with these bugs
+        SamplerPort(suite_bugs).write(case["golden"], out, stages=False)
+        return
     s = Setting(**case["setting"])
     with np.load(case["golden"]) as g:
         logits, u, golden_chosen = g["logits"], g["u"], g["chosen"]

@@ -54,6 +54,7 @@ __all__ = [
     "distribution",
     "dump_sampler",
     "dump_sampler_suite",
+    "dump_suite_entry",
     "min_p",
     "penalize",
     "reference_step",
@@ -411,16 +412,7 @@ def dump_sampler_suite(
     settings = []
     for entry in SUITE:
         path = directory / f"{entry.name}.npz"
-        prompt = np.random.default_rng(seed + 1).choice(n_vocab, 16, replace=False)
-        if entry.logits == "synthetic":  # the file `dump-sampler` writes for this setting
-            dump_sampler(path, entry.setting, steps=steps, n_vocab=n_vocab, seed=seed)
-        else:
-            if entry.logits == "peaked":
-                logits = synthetic_logits(steps, n_vocab, entry.setting, seed, prompt, 0.05)
-            else:
-                build = _repeat_logits if entry.logits == "repeats" else _tie_logits
-                logits = build(steps, n_vocab, prompt, np.random.default_rng(seed))
-            dump_sampler(path, entry.setting, logits, prompt_ids=prompt, seed=seed)
+        dump_suite_entry(path, entry, steps=steps, n_vocab=n_vocab, seed=seed)
         settings.append({"name": entry.name, "file": path.name, "logits": entry.logits,
                          "setting": dataclasses.asdict(entry.setting),
                          "catches": entry.catches})  # fmt: skip
@@ -435,6 +427,22 @@ def dump_sampler_suite(
     }
     write_bytes(directory / SUITE_INDEX, json.dumps(index, indent=1) + "\n")
     return index
+
+
+def dump_suite_entry(
+    path: Union[str, pathlib.Path], entry: SuiteEntry, *, steps: int, n_vocab: int, seed: int = 0
+) -> dict[str, Any]:
+    """Write the golden of one :data:`SUITE` entry to ``path`` (as :func:`dump_sampler_suite`
+    writes it, on the entry's logits); return its manifest."""
+    prompt = np.random.default_rng(seed + 1).choice(n_vocab, 16, replace=False)
+    if entry.logits == "synthetic":  # the file `dump-sampler` writes for this setting
+        return dump_sampler(path, entry.setting, steps=steps, n_vocab=n_vocab, seed=seed)
+    if entry.logits == "peaked":
+        logits = synthetic_logits(steps, n_vocab, entry.setting, seed, prompt, 0.05)
+    else:
+        build = _repeat_logits if entry.logits == "repeats" else _tie_logits
+        logits = build(steps, n_vocab, prompt, np.random.default_rng(seed))
+    return dump_sampler(path, entry.setting, logits, prompt_ids=prompt, seed=seed)
 
 
 def _tail(n_vocab: int, rng: np.random.Generator) -> np.ndarray:

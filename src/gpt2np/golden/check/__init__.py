@@ -6,11 +6,11 @@ protocol and the report; docs/golden-files.md ("Checking a port") documents both
 from __future__ import annotations
 
 from .runner import CASE_FORMAT, CaseResult, CheckReport, check_port
-from .suite import SAMPLER_SETTINGS, SUITE_VERSION, SUITES, Case, suite_cases
+from .suite import QUICK_SAMPLER, SUITE_VERSION, SUITES, Case, suite_cases
 
 __all__ = [
     "CASE_FORMAT",
-    "SAMPLER_SETTINGS",
+    "QUICK_SAMPLER",
     "SUITES",
     "SUITE_VERSION",
     "Case",

@@ -30,7 +30,8 @@ from typing import Any, Callable, Optional
 
 from ...errors import CheckpointError
 from ..diff import compare
-from ..sampler import dump_sampler
+from ..sampler import SUITE as SAMPLER_SUITE
+from ..sampler import dump_suite_entry
 from ..sampler_diff import compare_sampler
 from ..tokens import dump_tokenizer
 from ..tokens_diff import compare_tokenizer
@@ -231,8 +232,8 @@ def _write_case(
         dump_tokenizer(golden, tokenizer)
         spec["vocabulary"] = {"encoder": str(encoder), "merges": str(merges)}
     else:
-        assert case.setting is not None
-        m = dump_sampler(golden, case.setting, steps=SAMPLER_STEPS, n_vocab=SAMPLER_VOCAB)
+        entry = next(e for e in SAMPLER_SUITE if e.name == case.sampler)
+        m = dump_suite_entry(golden, entry, steps=SAMPLER_STEPS, n_vocab=SAMPLER_VOCAB)
         spec.update({k: m[k] for k in ("setting", "steps", "n_vocab", "prompt_ids")})
     (case_dir / "case.json").write_text(json.dumps(spec, indent=1) + "\n", encoding="utf-8")
     return spec

@@ -23,7 +23,9 @@ case                    suites        what it checks
 ``padded-step``         full          a left-padded decode step: rows of 16 and 11 tokens, the
                                       first 8 the prefix (the padding covers part of it)
 ``tokenizer``           quick, full   ``dump-tokenizer``'s built-in corpus
-``sampler-<setting>``   quick, full   one setting of :data:`SAMPLER_SETTINGS` each
+``sampler-<setting>``   quick, full   one setting of ``dump-sampler --suite`` each (8 steps
+                                      over 50,257 ids): all of them in the full suite, those
+                                      of :data:`QUICK_SAMPLER` in the quick one
 ======================  ============  =======================================================
 """
 
@@ -35,27 +37,18 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..sampler import SUITE as SAMPLER_SUITE
 from ..sampler import Setting
 
-__all__ = ["SAMPLER_SETTINGS", "SUITES", "SUITE_VERSION", "Case", "suite_cases"]
+__all__ = ["QUICK_SAMPLER", "SUITES", "SUITE_VERSION", "Case", "suite_cases"]
 
 #: The version of the suite (the cases, their inputs and what a port writes): in every case.json.
 SUITE_VERSION = 1
 SUITES = ("quick", "full")
-#: The sampler settings of the suite, by name, and the suites that run each. (dump-sampler will
-#: get a ``--suite`` of settings; when it does, this list can point at it.)
-SAMPLER_SETTINGS: dict[str, tuple[Setting, tuple[str, ...]]] = {
-    "greedy": (Setting(temperature=0.0, repetition_penalty=1.3, presence_penalty=0.5), SUITES),
-    "all-filters": (Setting(temperature=0.7, top_k=40, top_p=0.9, min_p=0.05,
-                            repetition_penalty=1.3, presence_penalty=0.5,
-                            frequency_penalty=0.2), SUITES),
-    "top-k": (Setting(top_k=40), SUITES),
-    "plain": (Setting(), ("full",)),
-    "top-p": (Setting(temperature=0.7, top_p=0.9), ("full",)),
-    "min-p": (Setting(min_p=0.05), ("full",)),
-    "repetition-penalty": (Setting(repetition_penalty=1.3), ("full",)),
-    "presence-frequency": (Setting(presence_penalty=0.5, frequency_penalty=0.2), ("full",)),
-}  # fmt: skip
+#: The sampler settings (entries of :data:`gpt2np.golden.sampler.SUITE`, ``dump-sampler
+#: --suite``'s) that the quick suite runs: together they catch every sampler bug the docs list
+#: (tests/golden/test_check_port.py plants each); the full suite runs every one.
+QUICK_SAMPLER = ("greedy", "top-k", "repetition", "repeats", "top-k-tie-top-p", "hf-order")
 #: A sampler case's golden: steps over GPT-2's vocabulary (dump-sampler's defaults).
 SAMPLER_STEPS, SAMPLER_VOCAB = 8, 50257
 
@@ -73,6 +66,7 @@ class Case:
     rows: Optional[list[list[int]]] = None
     prefix: int = 0
     setting: Optional[Setting] = None
+    sampler: Optional[str] = None  # the name of the sampler suite's entry
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"name": self.name, "kind": self.kind, "about": self.about}
@@ -113,8 +107,8 @@ def suite_cases(suite: str, n_vocab: int, n_ctx: int) -> list[Case]:
                           "a left-padded step: rows of 16 and 11 tokens, the first 8 the prefix",
                           _ids("padded-step", [16, 11], n_vocab), prefix=8))  # fmt: skip
     cases.append(Case("tokenizer", "tokenizer", "dump-tokenizer's built-in corpus"))
-    for name, (setting, suites) in SAMPLER_SETTINGS.items():
-        if suite in suites:
-            cases.append(Case(f"sampler-{name}", "sampler", f"dump-sampler: {name}",
-                              setting=setting))  # fmt: skip
+    for entry in SAMPLER_SUITE:
+        if full or entry.name in QUICK_SAMPLER:
+            cases.append(Case(f"sampler-{entry.name}", "sampler", entry.catches,
+                              setting=entry.setting, sampler=entry.name))  # fmt: skip
     return cases
