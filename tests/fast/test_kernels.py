@@ -42,11 +42,13 @@ class _Fixed(fast_owner.Owner):
         super().__init__()
         self.choice, self.counts = pooled, []
 
-    def pooled(self, key) -> bool:
-        return self.choice
+    def start(self, key) -> None:
+        super().start(key)
+        self.started_on_pool = self.on_pool = self.choice
 
-    def run(self, key, product, threads):
-        super().run(key, lambda: (self.counts.append(blas.blas_threads()), product()), threads)
+    def run(self, key, product, threads, last):
+        counted = lambda: (self.counts.append(blas.blas_threads()), product())  # noqa: E731
+        super().run(key, counted, threads, last)
 
 
 @pytest.fixture(params=["pool", "one thread"])

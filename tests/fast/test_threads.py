@@ -81,6 +81,14 @@ def test_a_forked_child_gets_a_pool_of_its_own(threads3) -> None:
     assert child.exitcode == 0
 
 
+@pytest.fixture(autouse=True)
+def default_read_again():
+    """After each test the default is read again: the next threads() sees the environment as
+    monkeypatch restores it."""
+    yield
+    parallel.set_threads(None)
+
+
 @pytest.mark.parametrize(
     "env, expected",
     [
@@ -100,6 +108,7 @@ def test_default_thread_count(monkeypatch, env, expected) -> None:
         monkeypatch.setenv(name, value)
     cpus = parallel.default_threads() if expected is None else expected
     assert parallel.default_threads() == cpus >= 1
+    parallel.set_threads(None)  # the environment is read once; None reads it again
     assert parallel.threads() == cpus
     parallel.set_threads(2)
     try:
@@ -107,6 +116,10 @@ def test_default_thread_count(monkeypatch, env, expected) -> None:
     finally:
         parallel.set_threads(None)
     assert parallel.threads() == cpus
+    monkeypatch.setenv("GPT2NP_NUM_THREADS", str(cpus + 1))
+    assert parallel.threads() == cpus  # read once: a later change waits for set_threads(None)
+    parallel.set_threads(None)
+    assert parallel.threads() == cpus + 1
 
 
 @pytest.mark.parametrize("bad, error", [(0, ValueError), (-1, ValueError), (2.0, TypeError),

@@ -21,11 +21,13 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
 import gpt2np
 import gpt2np.cli.app as cli
+from gpt2np.fast.threads import set_threads
 from gpt2np.scoring import CorpusSummary, score, score_corpus
 from gpt2np.scoring.resume import Output
 from tests.helpers.corpus import (
@@ -51,11 +53,14 @@ def loader(model_dir) -> functools.partial:
 
 
 @pytest.fixture(autouse=True)
-def one_thread(monkeypatch, tmp_path) -> None:
+def one_thread(monkeypatch, tmp_path) -> Iterator[None]:
     """One thread per process: the model is so small that threads cost more than they give
     on a busy machine. And a cache of our own."""
     monkeypatch.setenv("GPT2NP_NUM_THREADS", "1")
     monkeypatch.setenv("GPT2NP_HOME", str(tmp_path / "home"))
+    set_threads(None)  # this process's kernels read the environment again (they read it once)
+    yield
+    set_threads(None)  # ... and after monkeypatch restores it
 
 
 def mixed_corpus(n: int, seed: int = 0) -> list[str]:
@@ -78,7 +83,9 @@ def reference(corpus, loader, tmp_path_factory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("reference") / "scores.jsonl"
     with pytest.MonkeyPatch.context() as m:
         m.setenv("GPT2NP_NUM_THREADS", "1")
+        set_threads(None)
         score_corpus(loader, corpus, out, progress=False)
+    set_threads(None)
     return out
 
 
@@ -526,6 +533,7 @@ _CAPPED = """
 import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 import gpt2np.cli.app as cli
+from gpt2np.fast.threads import set_threads
 code = cli.main(["score-corpus", *sys.argv[1:]])
 sys.stderr.write(f"peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}\\n")
 sys.exit(code)

@@ -12,7 +12,8 @@ for a few rows, or makes [T, V] logits for many:
   (3 MB at D = 768) is multiplied by the rows, ``wte[a:z] · hᵀ`` into a [V, N] buffer that is
   transposed once at the end; the block is read from memory once for all rows;
 * either way the product runs on OpenBLAS's threads or on one thread, as
-  :mod:`gpt2np.fast.owner` chooses from measured times;
+  :mod:`gpt2np.fast.owner` chooses from measured times, and ends the pass it judges (a forward
+  pass's few-row products end with its head);
 * for many rows, each part is a block of rows, h[r0:r1] · wteᵀ, taken by gpt2np's threads
   (OpenBLAS at one thread meanwhile).
 """
@@ -25,7 +26,7 @@ from . import linear as _linear
 from . import threads
 from .blas import single_threaded
 from .linear import THREADED_MACS, bounds
-from .owner import few_rows
+from .owner import end_pass, few_rows
 
 __all__ = ["FEW_ROWS", "HEAD_BLOCK", "head_parts"]
 
@@ -49,8 +50,9 @@ def head_parts(h: np.ndarray, wte: np.ndarray) -> np.ndarray:
             for a in range(0, V, block):  # wte[a:z] · hᵀ: [z-a, D] @ [D, N] -> [z-a, N]
                 np.matmul(wte[a : a + block], rows.T, out=by_word[a : a + block])
 
-        few_rows(("head", N, D, V, dtype.char), whole, N * D * V >= THREADED_MACS)
+        few_rows(("head", N, D, V, dtype.char), whole, N * D * V >= THREADED_MACS, last=True)
         return np.ascontiguousarray(by_word.T).reshape(*h.shape[:-1], V)
+    end_pass()  # the head ends a forward pass of few-row products (owner.py)
     logits = np.empty((N, V), dtype=dtype)
     n = threads.threads() if N * D * V >= THREADED_MACS else 1
 
